@@ -1,0 +1,1 @@
+"""A distributed Scrapy crawler: shared Redis frontier, leases, validated items in Redis and MySQL."""

@@ -1,0 +1,1 @@
+"""The distributed parts: Redis connection, key names, the shared frontier and its scheduler."""

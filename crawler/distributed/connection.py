@@ -1,0 +1,95 @@
+"""Redis connections from settings (``REDIS_URL``, ``REDIS_PARAMS``, as scrapy-redis), and URL redaction."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: Connection defaults; REDIS_PARAMS overrides any of them. Responses stay bytes.
+REDIS_PARAMS: dict[str, Any] = {
+    "socket_timeout": 30,
+    "socket_connect_timeout": 10,
+    "retry_on_timeout": True,
+    "health_check_interval": 30,
+}
+
+
+class ConfigError(Exception):
+    """A connection setting is malformed or its server cannot be used. The message names the
+    setting and never contains a password."""
+
+
+def redact_url(url: str | None) -> str:
+    """``url`` with any password replaced by ``***`` (safe to log)."""
+    if not url:
+        return repr(url)
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
+    url = settings.get("REDIS_URL")
+    if not url or not isinstance(url, str):
+        raise ConfigError("REDIS_URL is not set")
+    params = {**REDIS_PARAMS, **settings.getdict("REDIS_PARAMS")}
+    params.pop("decode_responses", None)
+    params.pop("url", None)
+    return url, params
+
+
+def async_redis(settings: BaseSettings) -> redis.asyncio.Redis:
+    """An asyncio client for the reactor thread. Raises :class:`ConfigError` for a malformed URL."""
+    url, params = _params(settings)
+    try:
+        return redis.asyncio.Redis.from_url(url, **params)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+
+
+def sync_redis(settings: BaseSettings) -> redis.Redis:
+    """A blocking client, for commands that run outside the reactor."""
+    url, params = _params(settings)
+    try:
+        return redis.Redis.from_url(url, **params)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for a Redis error, without the URL (the caller names the setting)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
+
+
+_shared: dict[int, redis.asyncio.Redis] = {}
+
+
+def shared_redis(crawler: Any) -> redis.asyncio.Redis:
+    """The one asyncio client (and connection pool) of a crawler, closed when its spider closes.
+    Raises :class:`ConfigError` for a malformed ``REDIS_URL``."""
+    key = id(crawler)
+    client = _shared.get(key)
+    if client is None:
+        client = _shared[key] = async_redis(crawler.settings)
+
+        async def close() -> None:
+            if _shared.pop(key, None) is not None:
+                await client.aclose()
+
+        from scrapy import signals
+
+        crawler.signals.connect(close, signals.spider_closed, weak=False)
+    return client

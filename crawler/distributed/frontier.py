@@ -1,0 +1,277 @@
+"""The shared frontier in Redis: batched enqueue with dedup, leases, acknowledgements, reclaim.
+
+Layout (names from :class:`crawler.distributed.keys.Keys`):
+
+- ``<spider>:requests`` - sorted set of hosts that have queued requests, score = the time (Unix
+  ms) the host may next be served. Taking requests walks the hosts that are due, a few from each,
+  so a host with a long queue never holds back the others.
+- ``<spider>:requests:<host>`` - sorted set of serialized requests, score = -priority.
+- ``<spider>:dupefilter`` - set of request fingerprints (hex), checked and added atomically in
+  the same script that queues the request, so two workers never both queue one URL.
+- ``<spider>:leases:<node>`` - hash of the requests a node has taken and not yet acknowledged:
+  payload -> ``score<TAB>host`` (host empty for a raw start-URL entry, field ``start:<raw>``).
+  Nothing leaves Redis when a worker takes it; it moves here, atomically.
+- ``<spider>:nodes`` - sorted set of node ids, score = last heartbeat (Unix ms), and
+  ``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL.
+
+Every method is one round trip (one Lua script or one pipeline), whatever the batch size.
+The class needs only a ``redis.asyncio`` client: no crawler, so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from redis.asyncio import Redis
+
+    from crawler.distributed.keys import Keys
+
+#: Field prefix of a raw start-URL payload held under lease.
+START_PREFIX = b"start:"
+
+_PUSH = """
+-- KEYS: dupefilter, slots index, lease hash, failed list
+-- ARGV: queue prefix, now ms, n_push, n_ack, n_failed,
+--       n_push x (fingerprint or '', host, score, payload), n_ack x field, n_failed x entry
+local prefix, now = ARGV[1], ARGV[2]
+local np, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local added = 0
+local i = 6
+for _ = 1, np do
+  local fp = ARGV[i]
+  if fp == '' or redis.call('SADD', KEYS[1], fp) == 1 then
+    redis.call('ZADD', prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+    redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
+    added = added + 1
+  end
+  i = i + 4
+end
+for _ = 1, na do
+  redis.call('HDEL', KEYS[3], ARGV[i])
+  i = i + 1
+end
+for _ = 1, nf do
+  redis.call('LPUSH', KEYS[4], ARGV[i])
+  i = i + 1
+end
+return added
+"""
+
+_LEASE = """
+-- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, n
+local prefix, now, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
+local out = {}
+for idx, host in ipairs(hosts) do
+  local take = math.ceil(want / (#hosts - idx + 1))
+  local q = prefix .. host
+  local got = redis.call('ZPOPMIN', q, take)
+  for j = 1, #got, 2 do
+    redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\\t' .. host)
+    out[#out + 1] = got[j]
+  end
+  want = want - #got / 2
+  if redis.call('EXISTS', q) == 0 then
+    redis.call('ZREM', KEYS[1], host)
+  else
+    redis.call('ZADD', KEYS[1], now, host)
+  end
+  if want <= 0 then break end
+end
+return out
+"""
+
+# Put every lease of the given nodes back where it came from, and forget the nodes.
+_RESTORE = """
+-- KEYS: slots index, nodes zset, start_urls.
+-- ARGV: queue prefix, lease prefix, now ms, start urls as set (1/0), mode, arg
+--   mode 'node': arg = node id;  mode 'dead': arg = deadline ms (nodes that beat before it)
+local prefix, lease_prefix, now, as_set = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local nodes
+if ARGV[5] == 'node' then nodes = {ARGV[6]} else
+  nodes = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[6])
+end
+local restored = 0
+for _, node in ipairs(nodes) do
+  local h = lease_prefix .. node
+  local all = redis.call('HGETALL', h)
+  for j = 1, #all, 2 do
+    local member, val = all[j], all[j + 1]
+    local tab = string.find(val, '\\t', 1, true)
+    local score, host = string.sub(val, 1, tab - 1), string.sub(val, tab + 1)
+    if host == '' then
+      local raw = string.sub(member, 7)
+      if as_set == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
+    else
+      redis.call('ZADD', prefix .. host, score, member)
+      redis.call('ZADD', KEYS[1], 'NX', now, host)
+    end
+    restored = restored + 1
+  end
+  redis.call('DEL', h)
+  if ARGV[5] == 'dead' then
+    redis.call('ZREM', KEYS[2], node)
+    redis.call('DEL', KEYS[2] .. ':' .. node)
+  end
+end
+return {restored, #nodes}
+"""
+
+_TAKE_START = """
+-- KEYS: start_urls, lease hash.  ARGV: n, as set (1/0)
+local got
+if ARGV[2] == '1' then got = redis.call('SPOP', KEYS[1], ARGV[1])
+else got = redis.call('RPOP', KEYS[1], ARGV[1]) end
+if not got then return {} end
+for _, raw in ipairs(got) do redis.call('HSET', KEYS[2], 'start:' .. raw, '\\t') end
+return got
+"""
+
+_STATUS = """
+-- KEYS: slots index, nodes zset, start_urls, dupefilter, failed.
+-- ARGV: queue prefix, lease prefix, deep (1: count every host queue), start urls as set
+local hosts = redis.call('ZCARD', KEYS[1])
+local depth = 0
+if ARGV[3] == '1' then
+  for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    depth = depth + redis.call('ZCARD', ARGV[1] .. host)
+  end
+end
+local inflight = 0
+local nodes = redis.call('ZRANGE', KEYS[2], 0, -1)
+for _, node in ipairs(nodes) do inflight = inflight + redis.call('HLEN', ARGV[2] .. node) end
+local starts
+if ARGV[4] == '1' then starts = redis.call('SCARD', KEYS[3]) else starts = redis.call('LLEN', KEYS[3]) end
+return {hosts, depth, inflight, #nodes, starts, redis.call('SCARD', KEYS[4]), redis.call('LLEN', KEYS[5])}
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A request ready for the frontier: fingerprint (hex, or "" to skip dedup), host, score, payload."""
+
+    fingerprint: str
+    host: str
+    score: int
+    payload: str
+
+
+@dataclass(frozen=True)
+class Status:
+    hosts: int
+    depth: int
+    inflight: int
+    nodes: int
+    start_urls: int
+    seen: int
+    failed: int
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, nothing in flight, no start URL waiting: the crawl has nothing left."""
+        return not (self.hosts or self.inflight or self.start_urls)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def slot_of(host: str | None) -> str:
+    """The frontier queue name of a host: the host itself (``failed`` becomes ``failed.``, the same
+    host in DNS, so that ``<spider>:requests:failed`` stays the dead-letter list)."""
+    host = (host or "").lower()
+    return host + "." if host == "failed" else host
+
+
+class Frontier:
+    """One crawl's frontier, seen from one node."""
+
+    def __init__(self, redis: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.node_id = node_id
+        self.lease_key = keys.leases(node_id)
+        self._as_set = "1" if start_urls_as_set else "0"
+        self._push = redis.register_script(_PUSH)
+        self._lease = redis.register_script(_LEASE)
+        self._restore = redis.register_script(_RESTORE)
+        self._take_start = redis.register_script(_TAKE_START)
+        self._status = redis.register_script(_STATUS)
+
+    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
+        """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
+        ``acks`` and push dead letters ``failed``, all atomically and in that order: a lease is
+        never released before the requests it produced are queued. Returns how many were queued.
+        """
+        args: list[str | bytes | int] = [self.keys.queue_prefix, now_ms(), len(entries), len(acks), len(failed)]
+        for e in entries:
+            args += (e.fingerprint, e.host, e.score, e.payload)
+        args += acks
+        args += failed
+        k = self.keys
+        return int(await self._push(keys=[k.dupefilter, k.slots, self.lease_key, k.failed], args=args))
+
+    async def lease(self, n: int) -> list[bytes]:
+        """Take up to ``n`` requests from the hosts that are due, moving them under this node's lease."""
+        return await self._lease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), n])
+
+    async def take_start_urls(self, n: int) -> list[bytes]:
+        """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.
+        Acknowledge each with ``START_PREFIX + raw`` once its request is queued or refused."""
+        return await self._take_start(keys=[self.keys.start_urls, self.lease_key], args=[n, self._as_set])
+
+    async def release(self) -> int:
+        """Return every lease of this node to the frontier (used when the node stops). Returns the count."""
+        restored, _ = await self._restore(
+            keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls],
+            args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "node", self.node_id],
+        )
+        return int(restored)
+
+    async def reclaim(self, node_timeout: float) -> tuple[int, int]:
+        """Return the leases of every node whose last heartbeat is older than ``node_timeout``
+        seconds to the frontier, and drop those nodes from the registry. Returns (leases, nodes)."""
+        restored, nodes = await self._restore(
+            keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls],
+            args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(node_timeout * 1000)],
+        )
+        return int(restored), int(nodes)
+
+    async def beat(self, info: dict[str, str | int | float], ttl: float) -> bool:
+        """Record a heartbeat; returns False when this node had been dropped from the registry
+        (its leases were reclaimed by another node)."""
+        info_key = self.keys.node_info(self.node_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(self.keys.nodes, {self.node_id: now_ms()})
+            pipe.hset(info_key, mapping=info)
+            pipe.pexpire(info_key, int(ttl * 1000))
+            added, *_ = await pipe.execute()
+        return not added
+
+    async def leave(self) -> None:
+        """Remove this node from the registry (after :meth:`release`)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.zrem(self.keys.nodes, self.node_id)
+            pipe.delete(self.keys.node_info(self.node_id))
+            await pipe.execute()
+
+    async def status(self, *, deep: bool = False) -> Status:
+        """Counts for idle detection and for ``scrapy status``; ``deep`` also counts queued requests
+        (one ZCARD per host, so it is skipped in the idle check)."""
+        k = self.keys
+        values = await self._status(
+            keys=[k.slots, k.nodes, k.start_urls, k.dupefilter, k.failed],
+            args=[k.queue_prefix, k.lease_prefix, "1" if deep else "0", self._as_set],
+        )
+        return Status(*(int(v) for v in values))
+
+    async def clear(self) -> None:
+        """Delete the queues, dupefilter and registry of this crawl (SCHEDULER_PERSIST=False, last node)."""
+        hosts = await self.redis.zrange(self.keys.slots, 0, -1)
+        keys = [self.keys.queue_prefix.encode() + h for h in hosts] + [self.keys.slots, self.keys.dupefilter]
+        await self.redis.delete(*keys)

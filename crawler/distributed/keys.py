@@ -1,0 +1,98 @@
+"""Every Redis key this project writes, in one place (as scrapy-redis's ``defaults.py``).
+
+Templates take ``%(spider)s``; the scrapy-redis names (``<spider>:requests``,
+``<spider>:dupefilter``, ``<spider>:start_urls``, ``<spider>:items``) and their settings
+(``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_DUPEFILTER_KEY``, ``REDIS_START_URLS_KEY``,
+``REDIS_ITEMS_KEY``) are kept so a scrapy-redis user finds the same keys in ``redis-cli``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+#: The frontier: the index of hosts that have requests, ``<spider>:requests`` (a sorted set,
+#: score = when the host may next be served, Unix ms), and one sorted set of requests per host,
+#: ``<spider>:requests:<host>`` (score = -priority).
+SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
+#: Fingerprints of every request ever enqueued (hex SHA-1 from the crawler's request fingerprinter).
+SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
+#: Start URLs pushed by users: a list (``lpush``) or, with REDIS_START_URLS_AS_SET, a set.
+START_URLS_KEY = "%(name)s:start_urls"
+#: Optional copy of every stored item (scrapy-redis's RedisPipeline list).
+ITEMS_KEY = "%(spider)s:items"
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The concrete key names of one spider's crawl."""
+
+    spider: str
+    queue: str
+    dupefilter: str
+    start_urls: str
+    items: str
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings, spider_name: str) -> Keys:
+        values = {"spider": spider_name, "name": spider_name}
+        return cls(
+            spider=spider_name,
+            queue=settings.get("SCHEDULER_QUEUE_KEY", SCHEDULER_QUEUE_KEY) % values,
+            dupefilter=settings.get("SCHEDULER_DUPEFILTER_KEY", SCHEDULER_DUPEFILTER_KEY) % values,
+            start_urls=settings.get("REDIS_START_URLS_KEY", START_URLS_KEY) % values,
+            items=settings.get("REDIS_ITEMS_KEY", ITEMS_KEY) % values,
+        )
+
+    @property
+    def queue_prefix(self) -> str:
+        """Prefix of the per-host request queues: ``<spider>:requests:`` + host."""
+        return self.queue + ":"
+
+    @property
+    def slots(self) -> str:
+        return self.queue
+
+    @property
+    def failed(self) -> str:
+        """Dead letters: requests that failed for good (JSON: request, reason, status, attempts)."""
+        return self.queue + ":failed"
+
+    @property
+    def start_urls_invalid(self) -> str:
+        """Dead letters: start-URL payloads that were refused (JSON: payload, reason, detail)."""
+        return self.start_urls + ":invalid"
+
+    @property
+    def items_invalid(self) -> str:
+        """Dead letters: items refused by validation (JSON: item, field, reason)."""
+        return self.items + ":invalid"
+
+    @property
+    def items_pending(self) -> str:
+        """Items that could not be written to MySQL yet, replayed when it is back."""
+        return self.items + ":pending"
+
+    @property
+    def item_cache_prefix(self) -> str:
+        """Write-through cache of the latest version of each item: prefix + sha1(unique key)."""
+        return self.items + ":cache:"
+
+    @property
+    def nodes(self) -> str:
+        """Node registry: sorted set of node ids, score = last heartbeat (Unix ms)."""
+        return f"{self.spider}:nodes"
+
+    @property
+    def lease_prefix(self) -> str:
+        """In-flight requests of a node: hash ``<spider>:leases:<node>`` of payload -> ``score\\thost``."""
+        return f"{self.spider}:leases:"
+
+    def node_info(self, node_id: str) -> str:
+        return f"{self.nodes}:{node_id}"
+
+    def leases(self, node_id: str) -> str:
+        return self.lease_prefix + node_id

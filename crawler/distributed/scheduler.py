@@ -1,0 +1,430 @@
+"""The Scrapy scheduler of distributed mode: a thin adapter between Scrapy's engine and the
+shared :class:`~crawler.distributed.frontier.Frontier`.
+
+The engine calls :meth:`enqueue_request` and :meth:`next_request` synchronously, so neither
+touches Redis: requests to queue, leases to acknowledge and dead letters collect in local
+buffers, and one background task (on the reactor's asyncio loop) flushes them in one Lua call,
+takes the next batch of requests under lease, feeds start URLs, beats the heartbeat and
+reclaims the leases of dead nodes. A lease is acknowledged when Scrapy has finished with its
+response: the callback ran, its requests were handed to this scheduler (and are flushed in the
+same call, before the acknowledgement) and its items went through every pipeline (the storage
+pipeline returns only once they are committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import CloseSpider, DontCloseSpider, IgnoreRequest, NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.httpobj import urlparse_cached
+from twisted.python.failure import Failure
+
+from crawler.distributed.connection import ConfigError, describe_error, redact_url, shared_redis
+from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
+from crawler.distributed.keys import Keys
+from crawler.distributed.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+#: Request meta key: the frontier payload of the lease a request was taken under.
+LEASE_META = "_frontier_lease"
+#: Request meta key: set by the retry middleware or a callback error, the request failed for good.
+FAILED_META = "_frontier_failed"
+
+_REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+_PUSH_BATCH = 1000
+
+
+@dataclass
+class _Lease:
+    request: Request
+    retry_times: int
+    redirect_times: int
+
+
+def node_id() -> str:
+    """``<host>:<pid>:<random>``: unique per process, readable in ``redis-cli``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class FrontierScheduler(BaseScheduler):
+    """Scrapy scheduler backed by the shared Redis frontier (see README for its settings)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.prefetch = settings.getint("FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
+        self.heartbeat_interval = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL", 5.0)
+        self.node_timeout = settings.getfloat("FRONTIER_NODE_TIMEOUT", 3 * self.heartbeat_interval)
+        self.poll_max = settings.getfloat("FRONTIER_POLL_MAX", 1.0)
+        self.idle_close = settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE", 0)
+        self.persist = settings.getbool("SCHEDULER_PERSIST", False)
+        self.start_batch = settings.getint("REDIS_START_URLS_BATCH_SIZE", 100)
+        self.start_max_bytes = settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
+        self.start_as_set = settings.getbool("REDIS_START_URLS_AS_SET", False)
+        for name, value in (("FRONTIER_HEARTBEAT_INTERVAL", self.heartbeat_interval), ("FRONTIER_POLL_MAX", self.poll_max), ("REDIS_START_URLS_BATCH_SIZE", self.start_batch), ("FRONTIER_PREFETCH", self.prefetch)):
+            if value <= 0:
+                raise NotConfigured(f"{name} must be positive, got {value!r}")
+        if self.node_timeout < 2 * self.heartbeat_interval:
+            raise NotConfigured(f"FRONTIER_NODE_TIMEOUT ({self.node_timeout}s) must be at least twice FRONTIER_HEARTBEAT_INTERVAL ({self.heartbeat_interval}s)")
+        self.node_id = node_id()
+        self.spider: Spider | None = None
+        self.frontier: Frontier | None = None
+        self._local: deque[Request] = deque()
+        self._leases: dict[bytes, _Lease] = {}
+        self._to_push: list[Entry] = []
+        self._to_ack: list[bytes] = []
+        self._to_fail: list[str] = []
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._poll_delay = 0.0
+        self._next_poll = 0.0
+        self._next_beat = 0.0
+        self._idle_since: float | None = None
+        self._outage_since: float | None = None
+        self._started = time.time()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
+        return cls(crawler)
+
+    # -- engine interface ---------------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        self.spider = spider
+        settings = self.crawler.settings
+        self.keys = Keys.from_settings(settings, spider.name)
+        url = settings.get("REDIS_URL")
+        try:
+            client = shared_redis(self.crawler)
+            await client.ping()
+        except ConfigError as exc:
+            logger.error("%s", exc)
+            raise CloseSpider("config_error") from None
+        except redis.exceptions.AuthenticationError as exc:
+            logger.error("REDIS_URL %s: authentication failed (%s)", redact_url(url), describe_error(exc))
+            raise CloseSpider("config_error") from None
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+            logger.error("REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            raise CloseSpider("config_error") from None
+        self.redis = client
+        self.frontier = Frontier(client, self.keys, self.node_id, start_urls_as_set=self.start_as_set)
+        await self._beat()
+        logger.info("Joined the crawl %r on %s as node %s", spider.name, redact_url(url), self.node_id)
+        self.crawler.signals.connect(self._on_idle, signals.spider_idle)
+        self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
+        self._hook_scraper()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        if self.frontier is None:
+            return None
+        return deferred_from_coro(self._close(reason))
+
+    def has_pending_requests(self) -> bool:
+        return bool(self._local)
+
+    def enqueue_request(self, request: Request) -> bool:
+        assert self.spider is not None
+        parent = request.meta.get(LEASE_META)
+        if parent is not None:
+            lease = self._leases.get(parent)
+            # A retry or redirect made by a downloader middleware replaces its parent: the
+            # parent's response never reaches the scraper, so its lease ends here.
+            if lease is not None and lease.request is not request and (
+                request.meta.get("retry_times", 0) != lease.retry_times or request.meta.get("redirect_times", 0) != lease.redirect_times
+            ):
+                del self._leases[parent]
+                self._to_ack.append(parent)
+        try:
+            payload = request_to_json(request, self.spider)
+        except RequestRefused as exc:
+            logger.error("Refused request %s: %s", request, exc)
+            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+            return False
+        fingerprint = "" if request.dont_filter else self.crawler.request_fingerprinter.fingerprint(request).hex()
+        self._to_push.append(Entry(fingerprint, slot_of(urlparse_cached(request).hostname), -request.priority, payload))
+        self.stats.inc_value("scheduler/enqueued/redis")
+        self._wakeup.set()
+        return True
+
+    def next_request(self) -> Request | None:
+        if len(self._local) <= self.prefetch // 2:
+            self._wakeup.set()
+        if not self._local:
+            return None
+        self.stats.inc_value("scheduler/dequeued/redis")
+        return self._local.popleft()
+
+    # -- lease bookkeeping ----------------------------------------------------------------
+
+    def _hook_scraper(self) -> None:
+        # Scrapy has no signal for "the scraper is done with this response" (callback output
+        # handled, items through every pipeline). Scraper.enqueue_scrape returns the Deferred
+        # that fires exactly then, so wrap it on this crawler's scraper instance.
+        scraper = self.crawler.engine.scraper
+        enqueue_scrape = scraper.enqueue_scrape
+
+        def wrapped(result: Any, request: Request) -> Any:
+            d = enqueue_scrape(result, request)
+            d.addBoth(self._scraped, result, request)
+            return d
+
+        scraper.enqueue_scrape = wrapped
+
+    def _scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
+        payload = request.meta.get(LEASE_META)
+        if payload is None or self._leases.pop(payload, None) is None:
+            return passthrough
+        failed = request.meta.get(FAILED_META)
+        if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):
+            failed = {"reason": "download_error", "exception": f"{result.type.__name__}: {result.getErrorMessage()}"[:500]}
+        if failed is not None:
+            self._dead_letter(payload, request, failed)
+        self._to_ack.append(payload)
+        self._wakeup.set()
+        return passthrough
+
+    def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
+        request = getattr(response, "request", None)
+        if request is not None and LEASE_META in request.meta:
+            request.meta[FAILED_META] = {"reason": "callback_error", "exception": f"{failure.type.__name__}: {failure.getErrorMessage()}"[:500]}
+
+    def _dead_letter(self, payload: bytes, request: Request, failed: dict[str, Any]) -> None:
+        record = {
+            **failed,
+            "attempts": request.meta.get("retry_times", 0) + 1,
+            "url": request.url,
+            "failed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "node": self.node_id,
+        }
+        head = json.dumps(record, ensure_ascii=False)[:-1]
+        self._to_fail.append(f'{head},"request":{payload.decode()}}}')
+        self.stats.inc_value(f"frontier/failed/{failed['reason']}")
+        logger.warning("Request failed for good (%s), kept in %s: %s", failed["reason"], self.keys.failed, request.url)
+
+    # -- the background task ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=self._tick())
+            except asyncio.TimeoutError:
+                pass
+            self._wakeup.clear()
+            if self._stopping:
+                break
+            try:
+                await self._step()
+            except _REDIS_ERRORS as exc:
+                self._outage(exc)
+                await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
+            except Exception:
+                logger.exception("Frontier task error (the worker keeps running)")
+                await asyncio.sleep(1.0)
+
+    def _tick(self) -> float:
+        until_beat = self._next_beat - time.monotonic()
+        until_poll = self._next_poll - time.monotonic() if len(self._local) <= self.prefetch // 2 else until_beat
+        return max(0.0, min(until_beat, until_poll, 1.0))
+
+    async def _step(self) -> None:
+        await self._flush()
+        now = time.monotonic()
+        if now >= self._next_beat:
+            await self._beat()
+            restored, nodes = await self.frontier.reclaim(self.node_timeout)
+            if restored or nodes:
+                self.stats.inc_value("frontier/reclaimed", restored)
+                logger.warning("Reclaimed %d leases from %d dead node(s)", restored, nodes)
+        if len(self._local) <= self.prefetch // 2 and now >= self._next_poll:
+            got = await self._refill()
+            if got:
+                self._poll_delay = 0.0
+                self._wake_engine()
+            else:
+                self._poll_delay = min(self.poll_max, max(0.05, self._poll_delay * 2))
+            self._next_poll = time.monotonic() + self._poll_delay
+        await self._check_idle()
+        if self._outage_since is not None:
+            logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)
+            self._outage_since = None
+            self.stats.set_value("frontier/redis_errors", 0)
+
+    def _outage(self, exc: BaseException) -> None:
+        self.stats.inc_value("frontier/redis_errors")
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+            self.stats.inc_value("frontier/redis_outages")
+            logger.error("Redis unreachable (%s); retrying with backoff, nothing taken is dropped", describe_error(exc))
+
+    async def _flush(self) -> None:
+        while self._to_push or self._to_ack or self._to_fail:
+            entries = self._to_push[:_PUSH_BATCH]
+            # Acknowledgements go with the last batch of pushes, never before them.
+            last = len(entries) == len(self._to_push)
+            acks = self._to_ack[:] if last else []
+            failed = self._to_fail[:] if last else []
+            added = await self.frontier.push(entries, acks, failed)
+            del self._to_push[: len(entries)]
+            del self._to_ack[: len(acks)]
+            del self._to_fail[: len(failed)]
+            if entries:
+                self.stats.inc_value("dupefilter/filtered", len(entries) - added)
+                self.stats.inc_value("frontier/queued", added)
+                if added:
+                    self._next_poll = 0.0
+            self.stats.inc_value("frontier/acked", len(acks))
+
+    async def _refill(self) -> int:
+        assert self.spider is not None
+        want = self.prefetch - len(self._local)
+        payloads = await self.frontier.lease(want)
+        if not payloads:
+            await self._feed_start_urls()
+            await self._flush()
+            payloads = await self.frontier.lease(want)
+        for payload in payloads:
+            try:
+                request = request_from_json(payload, self.spider)
+            except Exception as exc:
+                logger.error("Unreadable request in the frontier, kept in %s: %s", self.keys.failed, exc)
+                self._to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": payload.decode("utf-8", "replace")}))
+                self._to_ack.append(payload)
+                self.stats.inc_value("frontier/failed/unreadable")
+                continue
+            request.meta[LEASE_META] = payload
+            self._leases[payload] = _Lease(request, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0))
+            self._local.append(request)
+        self.stats.inc_value("frontier/leased", len(payloads))
+        return len(payloads)
+
+    async def _feed_start_urls(self) -> None:
+        assert self.spider is not None
+        raws = await self.frontier.take_start_urls(self.start_batch)
+        for raw in raws:
+            self._to_ack.append(START_PREFIX + raw)
+            try:
+                request, unknown = parse_start_payload(raw, self.spider, self.start_max_bytes)
+            except RequestRefused as exc:
+                self._refuse_start(raw, exc)
+                continue
+            if unknown:
+                logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
+                self.stats.inc_value("start_urls/unknown_keys")
+            if self.enqueue_request(request):
+                self.stats.inc_value("start_urls/accepted")
+            else:
+                self._refuse_start(raw, RequestRefused("refused", "the frontier refused the request"))
+
+    def _refuse_start(self, raw: bytes, exc: RequestRefused) -> None:
+        shown = raw[:200].decode("utf-8", "replace")
+        logger.warning("Refused start URL payload %r (%s): %s", shown, exc.reason, exc)
+        self.stats.inc_value(f"start_urls/refused/{exc.reason}")
+        record = {
+            "reason": exc.reason,
+            "detail": str(exc),
+            "payload": raw[: self.start_max_bytes].decode("utf-8", "replace"),
+            "size": len(raw),
+            "node": self.node_id,
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        # Not atomic with the acknowledgement, but refusals are rare and the payload is logged.
+        asyncio.get_running_loop().create_task(self._push_refused(json.dumps(record, ensure_ascii=False)))
+
+    async def _push_refused(self, record: str) -> None:
+        try:
+            await self.redis.lpush(self.keys.start_urls_invalid, record)
+        except _REDIS_ERRORS as exc:
+            logger.error("Could not keep a refused start URL in %s (%s): %s", self.keys.start_urls_invalid, describe_error(exc), record[:500])
+
+    async def _beat(self) -> None:
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": int(self._started),
+            "pages": self.stats.get_value("response_received_count", 0),
+            "items": self.stats.get_value("item_scraped_count", 0),
+            "leases": len(self._leases),
+        }
+        self._next_beat = time.monotonic() + self.heartbeat_interval
+        if not await self.frontier.beat(info, ttl=self.node_timeout):
+            logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages may be fetched twice)")
+            self.stats.inc_value("frontier/rejoined")
+
+    async def _check_idle(self) -> None:
+        if self._local or self._leases or self._to_push or self._to_ack or self.idle_close <= 0:
+            self._idle_since = None
+            return
+        status = await self.frontier.status()
+        if not status.idle:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = time.monotonic()
+        elif time.monotonic() - self._idle_since >= self.idle_close:
+            self._wake_engine()
+
+    def _on_idle(self, spider: Spider) -> None:
+        if self.idle_close <= 0 or self._idle_since is None or time.monotonic() - self._idle_since < self.idle_close:
+            raise DontCloseSpider
+
+    def _wake_engine(self) -> None:
+        # Ask the engine to call next_request() now rather than at its next 5 s heartbeat.
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def _close(self, reason: str) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await self._flush()
+                released = await self.frontier.release()
+                await self.frontier.leave()
+                break
+            except _REDIS_ERRORS as exc:
+                self._outage(exc)
+                if time.monotonic() > deadline:
+                    logger.error("Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT")
+                    return
+                await asyncio.sleep(1.0)
+        self._local.clear()
+        self._leases.clear()
+        if released:
+            self.stats.inc_value("frontier/released", released)
+            logger.info("Returned %d leased requests to the frontier", released)
+        if not self.persist and reason == "finished":
+            status = await self.frontier.status()
+            if status.idle and status.nodes == 0:
+                await self.frontier.clear()
+                logger.info("Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)")

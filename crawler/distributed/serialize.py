@@ -1,0 +1,158 @@
+"""Requests as JSON, and start-URL payloads as requests.
+
+A queued request is the JSON form of :meth:`scrapy.Request.to_dict`: callbacks and errbacks by
+spider method name, headers and body as Latin-1 text (a lossless byte-to-character mapping),
+meta and cb_kwargs as they are (they must be JSON-serializable). Keys starting with ``_frontier``
+in meta are this worker's bookkeeping and are not stored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.utils.request import request_from_dict
+from w3lib.url import safe_url_string
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+#: Meta keys that belong to this worker only (lease bookkeeping); never serialized.
+PRIVATE_META_PREFIX = "_frontier"
+
+_ALLOWED_SCHEMES = ("http", "https")
+_PAYLOAD_KEYS = frozenset({"url", "meta", "method", "headers", "body", "priority", "callback", "cb_kwargs", "dont_filter"})
+
+
+class RequestRefused(ValueError):
+    """A request cannot be put in the shared frontier; ``reason`` is a short stat word."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def method_name(spider: Spider, func: Any) -> str | None:
+    """Name of the spider method ``func`` is bound to; raises :class:`RequestRefused` otherwise."""
+    if func is None or isinstance(func, str):
+        return func
+    name = getattr(func, "__name__", None)
+    if getattr(func, "__self__", None) is spider and name and getattr(getattr(spider, name, None), "__func__", None) is getattr(func, "__func__", 0):
+        return name
+    raise RequestRefused("callback", f"callback {func!r} is not a method of spider {spider.name!r}")
+
+
+def request_to_json(request: Request, spider: Spider) -> str:
+    """Serialize ``request``; raises :class:`RequestRefused` for a foreign callback or meta that is not JSON."""
+    d: dict[str, Any] = {
+        "url": request.url,
+        "callback": method_name(spider, request.callback),
+        "errback": method_name(spider, request.errback),
+    }
+    if request.method != "GET":
+        d["method"] = request.method
+    if request.headers:
+        d["headers"] = {k.decode("latin-1"): [v.decode("latin-1") for v in vs] for k, vs in request.headers.items()}
+    if request.body:
+        d["body"] = request.body.decode("latin-1")
+    meta = {k: v for k, v in request.meta.items() if not k.startswith(PRIVATE_META_PREFIX)}
+    if meta:
+        d["meta"] = meta
+    for attr in ("cb_kwargs", "cookies", "flags"):
+        value = getattr(request, attr)
+        if value:
+            d[attr] = value
+    if request.priority:
+        d["priority"] = request.priority
+    if request.dont_filter:
+        d["dont_filter"] = True
+    if request.encoding != "utf-8":
+        d["encoding"] = request.encoding
+    if type(request) is not Request:
+        d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+    try:
+        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise RequestRefused("not_json", f"{request}: meta, cb_kwargs or cookies are not JSON-serializable ({exc})") from None
+
+
+def request_from_json(payload: str | bytes, spider: Spider) -> Request:
+    """Inverse of :func:`request_to_json`. Raises ``ValueError`` for a payload it cannot rebuild."""
+    d = json.loads(payload)
+    if "headers" in d:
+        d["headers"] = {k.encode("latin-1"): [v.encode("latin-1") for v in vs] for k, vs in d["headers"].items()}
+    if "body" in d:
+        d["body"] = d["body"].encode("latin-1")
+    return request_from_dict(d, spider=spider)
+
+
+def check_url(url: Any) -> str:
+    """Return ``url`` made safe (RFC 3986 escaping by w3lib), or raise :class:`RequestRefused`.
+
+    Only absolute ``http`` and ``https`` URLs with a host are accepted.
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise RequestRefused("bad_url", f"url must be a non-empty string, got {url!r:.100}")
+    url = url.strip()
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError as exc:
+        raise RequestRefused("bad_url", f"not a URL: {url!r:.200} ({exc})") from None
+    if not parts.scheme:
+        raise RequestRefused("bad_url", f"not an absolute URL: {url!r:.200}")
+    if parts.scheme.lower() not in _ALLOWED_SCHEMES:
+        raise RequestRefused("bad_scheme", f"scheme {parts.scheme!r} is not http or https: {url!r:.200}")
+    if not host:
+        raise RequestRefused("bad_url", f"URL has no host: {url!r:.200}")
+    return safe_url_string(url)
+
+
+def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
+    """Turn one ``<spider>:start_urls`` entry into a request.
+
+    ``raw`` is a URL, or a JSON object with the keys ``url`` (required), ``meta``, ``method``,
+    ``headers``, ``body``, ``priority``, ``callback`` (a spider method name), ``cb_kwargs`` and
+    ``dont_filter``. A JSON string is taken as a URL. Returns the request and the unknown keys it
+    ignored; raises :class:`RequestRefused` with reason ``too_large``, ``not_utf8``, ``bad_json``,
+    ``not_object``, ``bad_field``, ``bad_url`` or ``bad_scheme``. The body is sent as given: it is
+    never turned into form data.
+    """
+    if len(raw) > max_bytes:
+        raise RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={max_bytes}")
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
+    if not text or text[0] not in '{["-0123456789' and text not in ("true", "false", "null"):
+        return Request(check_url(text), callback=getattr(spider, "parse", None)), []
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RequestRefused("bad_json", f"payload looks like JSON but does not parse ({exc})") from None
+    if isinstance(data, str):
+        return Request(check_url(data), callback=getattr(spider, "parse", None)), []
+    if not isinstance(data, dict):
+        raise RequestRefused("not_object", f"JSON payload must be an object or a URL string, got {type(data).__name__}")
+    unknown = sorted(set(data) - _PAYLOAD_KEYS)
+    kwargs: dict[str, Any] = {"url": check_url(data.get("url"))}
+    for key, types in (("meta", dict), ("cb_kwargs", dict), ("headers", dict), ("method", str), ("body", str), ("priority", int), ("dont_filter", bool)):
+        if key in data and data[key] is not None:
+            value = data[key]
+            if not isinstance(value, types) or (types is int and isinstance(value, bool)):
+                raise RequestRefused("bad_field", f"{key!r} must be {types.__name__}, got {type(value).__name__}")
+            kwargs[key] = value
+    if "method" in kwargs and not kwargs["method"].isalpha():
+        raise RequestRefused("bad_field", f"method {kwargs['method']!r:.50} is not an HTTP method")
+    callback = data.get("callback") or "parse"
+    if not isinstance(callback, str) or not callable(getattr(spider, callback, None)) or callback.startswith("_"):
+        raise RequestRefused("bad_field", f"callback {callback!r:.100} is not a method of spider {spider.name!r}")
+    kwargs["callback"] = getattr(spider, callback)
+    if "meta" in kwargs:
+        kwargs["meta"] = {k: v for k, v in kwargs["meta"].items() if not k.startswith(PRIVATE_META_PREFIX)}
+    try:
+        return Request(**kwargs), unknown
+    except (TypeError, ValueError) as exc:
+        raise RequestRefused("bad_field", f"cannot build a request from the payload ({exc})") from None

@@ -1,0 +1,1 @@
+"""Item pipelines, in order: validation (100), Redis write-through cache (200), storage (300)."""

@@ -1,0 +1,90 @@
+"""Redis write-through cache: the latest version of every item, keyed by its unique key."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import NotConfigured
+
+from crawler.distributed.connection import describe_error, shared_redis
+from crawler.distributed.keys import Keys
+from crawler.schema import schema_of
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Sent with ``item=`` when an item's content hash equals the cached one (storage skips it).
+item_unchanged = object()
+
+_PUT = """
+-- KEYS: cache key, items list.  ARGV: content hash, item json, ttl seconds, push to list (1/0)
+local old = redis.call('HGET', KEYS[1], 'content_hash')
+redis.call('HSET', KEYS[1], 'content_hash', ARGV[1], 'item', ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
+if ARGV[4] == '1' then redis.call('RPUSH', KEYS[2], ARGV[2]) end
+return old
+"""
+
+
+def cache_key(prefix: str, unique_value: Any) -> str:
+    """``<spider>:items:cache:<sha1 hex of the unique key's value>``."""
+    return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
+
+
+class RedisCachePipeline:
+    """Write every item with a schema to ``<spider>:items:cache:<sha1(unique key)>``, a hash of
+    ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL`` seconds; with
+    ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's RedisPipeline).
+
+    When the item has a ``content_hash`` field equal to the cached one, the storage pipeline skips
+    the database write (stat ``cache/unchanged``). Needs ``REDIS_URL``; a Redis error never drops
+    the item (stat ``cache/errors``).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.getbool("REDIS_CACHE_ENABLED", True):
+            raise NotConfigured("REDIS_CACHE_ENABLED is off")
+        if not settings.get("REDIS_URL"):
+            raise NotConfigured("no REDIS_URL: the Redis cache is off in embedded mode")
+        self.ttl = settings.getint("REDIS_CACHE_TTL", 7 * 24 * 3600)
+        if self.ttl < 0:
+            raise NotConfigured(f"REDIS_CACHE_TTL must be >= 0 seconds, got {self.ttl}")
+        self.push_list = settings.getbool("REDIS_ITEMS_LIST", False)
+        self.crawler = crawler
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
+        return cls(crawler)
+
+    async def open_spider(self) -> None:
+        self.keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
+        self.redis = shared_redis(self.crawler)
+        self._put = self.redis.register_script(_PUT)
+
+    async def process_item(self, item: Any) -> Any:
+        schema = schema_of(item)
+        if schema is None:
+            return item
+        adapter = ItemAdapter(item)
+        content_hash = str(adapter.get("content_hash") or "")
+        data = json.dumps(adapter.asdict(), ensure_ascii=False, default=str)
+        key = cache_key(self.keys.item_cache_prefix, adapter.get(schema.unique_key))
+        try:
+            old = await self._put(keys=[key, self.keys.items], args=[content_hash, data, self.ttl, "1" if self.push_list else "0"])
+        except Exception as exc:
+            self.stats.inc_value("cache/errors")
+            logger.warning("Redis cache write failed for %s (%s); the item goes on to storage", key, describe_error(exc))
+            return item
+        self.stats.inc_value("cache/written")
+        if content_hash and old is not None and old.decode() == content_hash:
+            self.stats.inc_value("cache/unchanged")
+            self.crawler.signals.send_catch_log(item_unchanged, item=item)
+        return item

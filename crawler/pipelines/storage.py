@@ -1,0 +1,198 @@
+"""Write-through storage: every item with a schema is upserted into MySQL (``MYSQL_URL``) or, when
+that is not set, an SQLite file (``SQLITE_PATH``).
+
+Items are written in batches (``STORAGE_BATCH_SIZE`` items or ``STORAGE_FLUSH_INTERVAL``
+seconds, whichever comes first) on one worker thread, never on the reactor. ``process_item``
+returns only once its item is committed, so Scrapy - and the frontier's lease - sees a page as
+done only when its items are durable. A lost connection is retried with backoff without losing
+the batch; after ``STORAGE_RETRY_TIMEOUT`` seconds the batch is kept in ``<spider>:items:pending``
+(Redis) or ``<spider>.items.pending.jl``. A row the server refuses (e.g. MySQL error 1406, data
+too long) is kept in ``<spider>:items:invalid`` and does not take the rest of its batch with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
+
+import crawler.items
+from crawler.deadletter import DeadLetters, item_record
+from crawler.distributed.connection import ConfigError, shared_redis
+from crawler.distributed.keys import Keys
+from crawler.pipelines.cache import item_unchanged
+from crawler.schema import iter_item_classes, schema_of, to_row
+from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from crawler.schema import Schema
+
+logger = logging.getLogger(__name__)
+
+
+class StoragePipeline:
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.getbool("STORAGE_ENABLED", True):
+            raise NotConfigured("STORAGE_ENABLED is off")
+        self.batch_size = settings.getint("STORAGE_BATCH_SIZE", 200)
+        self.flush_interval = settings.getfloat("STORAGE_FLUSH_INTERVAL", 0.5)
+        self.retry_timeout = settings.getfloat("STORAGE_RETRY_TIMEOUT", 60.0)
+        for name, value in (("STORAGE_BATCH_SIZE", self.batch_size), ("STORAGE_FLUSH_INTERVAL", self.flush_interval), ("STORAGE_RETRY_TIMEOUT", self.retry_timeout)):
+            if value <= 0:
+                raise NotConfigured(f"{name} must be positive, got {value!r}")
+        self.mysql_url = settings.get("MYSQL_URL")
+        self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self._batch: list[tuple[Schema, Any, asyncio.Future[None]]] = []
+        self._unchanged: set[int] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._lock = asyncio.Lock()
+        self._tables: set[str] = set()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage")
+        crawler.signals.connect(self._on_unchanged, item_unchanged)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StoragePipeline:
+        return cls(crawler)
+
+    def _on_unchanged(self, item: Any) -> None:
+        self._unchanged.add(id(item))
+
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def open_spider(self) -> None:
+        spider = self.crawler.spider
+        self.keys = Keys.from_settings(self.crawler.settings, spider.name)
+        redis = shared_redis(self.crawler) if self.crawler.settings.get("REDIS_URL") else None
+        self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
+        try:
+            self.backend = MySQLBackend(self.mysql_url) if self.mysql_url else SQLiteBackend(self.sqlite_path)
+            await self._in_thread(self.backend.connect)
+            for cls in iter_item_classes(crawler.items):
+                await self._ensure_table(schema_of(cls))
+        except ConfigError as exc:
+            logger.error("%s", exc)
+            raise CloseSpider("config_error") from None
+        except ConnectionLost as exc:
+            logger.error("MYSQL_URL %s: cannot connect (%s)", self.backend.name.split(" ", 1)[1], exc)
+            raise CloseSpider("config_error") from None
+        logger.info("Storing items in %s", self.backend.name)
+
+    async def _ensure_table(self, schema: Schema) -> None:
+        if schema.table not in self._tables:
+            await self._in_thread(self.backend.ensure_table, schema)
+            self._tables.add(schema.table)
+
+    async def process_item(self, item: Any) -> Any:
+        schema = schema_of(item)
+        if schema is None:
+            self.stats.inc_value("storage/skipped/no_schema")
+            return item
+        if id(item) in self._unchanged:
+            self._unchanged.discard(id(item))
+            self.stats.inc_value("storage/skipped/unchanged")
+            return item
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._batch.append((schema, item, done))
+        if len(self._batch) >= self.batch_size:
+            asyncio.ensure_future(self._flush())
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.flush_interval, lambda: asyncio.ensure_future(self._flush()))
+        await done
+        return item
+
+    async def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        async with self._lock:
+            batch, self._batch = self._batch[: self.batch_size], self._batch[self.batch_size :]
+            if self._batch and self._timer is None:
+                self._timer = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+            if not batch:
+                return
+            try:
+                await self._write(batch)
+            except Exception as exc:
+                logger.exception("Storage failed for a batch of %d items; keeping them in %s", len(batch), self.keys.items_pending)
+                await self._spill(batch, f"storage error: {exc}")
+
+    async def _write(self, batch: list[tuple[Schema, Any, asyncio.Future[None]]]) -> None:
+        by_table: dict[str, list[tuple[Schema, Any, asyncio.Future[None]]]] = {}
+        for entry in batch:
+            by_table.setdefault(entry[0].table, []).append(entry)
+        for entries in by_table.values():
+            schema = entries[0][0]
+            rows = [to_row(item, schema) for _, item, _ in entries]
+            refused = await self._write_rows(schema, rows, entries)
+            if refused is None:
+                continue
+            refused_at = dict(refused)
+            bad = []
+            for i, (_, item, done) in enumerate(entries):
+                if i in refused_at:
+                    reason = refused_at[i]
+                    logger.error("%s refused an item of %s (%s); kept in %s", self.backend.name, schema.table, reason, self.keys.items_invalid)
+                    self.stats.inc_value("storage/refused")
+                    bad.append(item_record(item, reason="storage_refused", detail=reason))
+                    if not done.done():
+                        done.set_exception(DropItem(f"the database refused it: {reason}"))
+                else:
+                    self.stats.inc_value(f"storage/written/{schema.table}")
+                    if not done.done():
+                        done.set_result(None)
+            await self.dead.push(self.keys.items_invalid, bad)
+
+    async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], entries: list[Any]) -> list[tuple[int, str]] | None:
+        """Upsert, retrying lost connections with backoff; returns the refused rows, or None if
+        the batch was kept in the pending list after ``STORAGE_RETRY_TIMEOUT``."""
+        started = time.monotonic()
+        delay = 0.5
+        logged = False
+        while True:
+            try:
+                await self._ensure_table(schema)
+                refused = await self._in_thread(self.backend.upsert, schema, rows)
+                if logged:
+                    logger.warning("%s is back after %.1fs", self.backend.name, time.monotonic() - started)
+                return refused
+            except ConnectionLost as exc:
+                self.stats.inc_value("storage/retries")
+                self._tables.discard(schema.table)
+                if not logged:
+                    logger.error("%s unreachable (%s); retrying the batch of %d items", self.backend.name, exc, len(rows))
+                    logged = True
+                if time.monotonic() - started > self.retry_timeout:
+                    await self._spill(entries, str(exc))
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                try:
+                    await self._in_thread(self.backend.connect)
+                except (ConnectionLost, ConfigError):
+                    pass
+
+    async def _spill(self, entries: list[Any], reason: str) -> None:
+        records = [item_record(item, reason=reason) for _, item, _ in entries]
+        await self.dead.push(self.keys.items_pending, records)
+        self.stats.inc_value("storage/pending", len(records))
+        logger.error("Kept %d items in %s to be replayed later", len(records), self.keys.items_pending)
+        for _, _, done in entries:
+            if not done.done():
+                done.set_result(None)
+
+    async def close_spider(self) -> None:
+        while self._batch:
+            await self._flush()
+        if hasattr(self, "backend"):
+            await self._in_thread(self.backend.close)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,45 @@
+"""Project settings. Every setting this project adds is documented once, in README.md.
+
+Scrapy settings reference: https://docs.scrapy.org/en/latest/topics/settings.html
+"""
+
+import os
+
+BOT_NAME = "crawler"
+SPIDER_MODULES = ["crawler.spiders"]
+NEWSPIDER_MODULE = "crawler.spiders"
+COMMANDS_MODULE = "crawler.commands"
+
+# Distributed mode is on when REDIS_URL is set (here, with -s, or in the environment).
+REDIS_URL = os.environ.get("REDIS_URL") or None
+# MySQL write-through storage when MYSQL_URL is set; an SQLite file otherwise.
+MYSQL_URL = os.environ.get("MYSQL_URL") or None
+
+ADDONS = {"crawler.addon.DistributedAddon": 0}
+
+ROBOTSTXT_OBEY = True
+USER_AGENT = "crawler (+https://github.com/)"
+CONCURRENT_REQUESTS = 32
+CONCURRENT_REQUESTS_PER_DOMAIN = 8
+DOWNLOAD_TIMEOUT = 30
+# Per-domain throttling: AutoThrottle adapts the delay to each domain's latency.
+AUTOTHROTTLE_ENABLED = True
+AUTOTHROTTLE_START_DELAY = 0.5
+AUTOTHROTTLE_MAX_DELAY = 30.0
+AUTOTHROTTLE_TARGET_CONCURRENCY = 4.0
+
+ITEM_PIPELINES = {
+    "crawler.pipelines.validation.ValidationPipeline": 100,
+    "crawler.pipelines.cache.RedisCachePipeline": 200,
+    "crawler.pipelines.storage.StoragePipeline": 300,
+}
+
+DOWNLOADER_MIDDLEWARES = {
+    # Our retry replaces Scrapy's (same position, same stats, plus backoff and Retry-After).
+    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    "crawler.middlewares.retry.BackoffRetryMiddleware": 550,
+}
+RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408, 429]
+
+FEED_EXPORT_ENCODING = "utf-8"
+LOG_FORMATTER = "crawler.logformatter.LogFormatter"

@@ -1,0 +1,1 @@
+"""Spiders: ``site`` (generic site crawler, one Page per HTML page)."""

@@ -1,0 +1,97 @@
+"""``site``: a generic crawler that stays on each start URL's host and yields one Page per HTML page."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urldefrag, urlsplit
+
+import scrapy
+from scrapy.http import HtmlResponse
+from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
+from scrapy.utils.url import url_has_any_extension
+
+from crawler.items import Page
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+#: Request meta key holding the hosts a request's descendants may visit.
+HOSTS_META = "site_hosts"
+
+_TEXT_XPATH = (
+    "descendant-or-self::text()[not(ancestor::script or ancestor::style or ancestor::noscript"
+    " or ancestor::template)]"
+)
+
+
+class SiteSpider(scrapy.Spider):
+    """Crawl every page of the start URLs' hosts.
+
+    Start URLs come from ``-a url=URL`` (several separated by spaces), or, in distributed mode,
+    from the Redis list ``site:start_urls``. Each start URL's host (and the host it redirects to)
+    becomes the allowed domain of the requests that descend from it; ``DEPTH_LIMIT`` applies.
+    """
+
+    name = "site"
+
+    def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.start_urls = url.split() if url else []
+        self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
+
+    async def start(self) -> AsyncIterator[Any]:
+        for url in self.start_urls:
+            yield scrapy.Request(url, callback=self.parse)
+
+    def parse(self, response: Any) -> Iterator[Any]:
+        hosts = self._hosts(response)
+        if not isinstance(response, HtmlResponse):
+            return
+        links = []
+        seen = set()
+        for link in self._links.extract_links(response):
+            url = urldefrag(link.url)[0]
+            if url not in seen:
+                seen.add(url)
+                links.append(url)
+        yield self.page(response, links)
+        for url in links:
+            parts = urlsplit(url)
+            if parts.scheme in ("http", "https") and parts.hostname in hosts and not url_has_any_extension(url, IGNORED_EXTENSIONS):
+                yield response.follow(url, callback=self.parse, meta={HOSTS_META: hosts})
+
+    @staticmethod
+    def _hosts(response: Any) -> list[str]:
+        hosts = list(response.meta.get(HOSTS_META) or [urlsplit(response.request.url).hostname])
+        final_host = urlsplit(response.url).hostname
+        if response.meta.get("depth", 0) == 0 and final_host not in hosts:
+            hosts.append(final_host)
+        return hosts
+
+    @staticmethod
+    def page(response: HtmlResponse, links: list[str]) -> Page:
+        """Build the :class:`Page` item of an HTML response."""
+        main = response.xpath("//main | //*[@role='main']") or response.xpath("//body") or response
+        text = " ".join(" ".join(main[0].xpath(_TEXT_XPATH).getall()).split())
+        latency = response.meta.get("download_latency")
+        request = response.request
+        return Page(
+            url=request.meta.get("redirect_urls", [request.url])[0] if request else response.url,
+            final_url=response.url,
+            status=response.status,
+            title=" ".join(response.xpath("//title//text()").getall()).strip() or None,
+            description=response.xpath("//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content").get(),
+            language=response.xpath("/html/@lang").get(),
+            headings=[
+                [int(h.root.tag[1]), " ".join(" ".join(h.xpath(".//text()").getall()).split())]
+                for h in response.xpath("//h1 | //h2 | //h3")
+            ],
+            text=text,
+            links=links,
+            content_hash=hashlib.sha256(response.body).hexdigest(),
+            fetched_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            depth=response.meta.get("depth", 0),
+            latency_ms=round(latency * 1000) if latency is not None else None,
+        )

@@ -1,0 +1,215 @@
+"""SQL backends of the storage pipeline: MySQL/MariaDB (pymysql) and SQLite (stdlib).
+
+Both are blocking and are only ever called from the storage pipeline's single worker thread.
+Writes are idempotent upserts on the schema's unique key, so a retried batch never duplicates
+a row and a re-crawl updates the row in place.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+import pymysql
+
+from crawler.distributed.connection import ConfigError, redact_url
+
+if TYPE_CHECKING:
+    from crawler.schema import Schema
+
+#: pymysql/MariaDB client error codes that mean "the connection is gone, try again later":
+#: 2003 can't connect, 2006 server has gone away, 2013 lost connection during query,
+#: 2014 commands out of sync, 2055 lost connection (MariaDB Connector error codes), and the
+#: server-side 1053 server shutdown in progress, 1927 connection was killed, 1205 lock wait
+#: timeout, 1213 deadlock (MariaDB error codes: https://mariadb.com/kb/en/mariadb-error-codes/).
+RETRYABLE_MYSQL_ERRORS = frozenset({2003, 2006, 2013, 2014, 2055, 1053, 1927, 1205, 1213, 0})
+
+
+class ConnectionLost(Exception):
+    """The database cannot be reached now; the batch is intact and may be retried."""
+
+
+def mysql_ddl(schema: Schema) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` for MySQL/MariaDB: utf8mb4, InnoDB, unique on the key."""
+    cols = ["  `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT"]
+    for f in schema.fields:
+        null = " NOT NULL" if f.required else " NULL"
+        cols.append(f"  `{f.name}` {f.mysql_type()}{null}")
+    cols.append("  `updated_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6)")
+    cols.append("  PRIMARY KEY (`id`)")
+    cols.append(f"  UNIQUE KEY `uq_{schema.table}_{schema.unique_key}` (`{schema.unique_key}`)")
+    body = ",\n".join(cols)
+    return f"CREATE TABLE IF NOT EXISTS `{schema.table}` (\n{body}\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;"
+
+
+def sqlite_ddl(schema: Schema) -> str:
+    cols = ["  id INTEGER PRIMARY KEY AUTOINCREMENT"]
+    for f in schema.fields:
+        cols.append(f"  {f.name} {f.sqlite_type()}{' NOT NULL' if f.required else ''}")
+    cols.append("  updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))")
+    cols.append(f"  UNIQUE ({schema.unique_key})")
+    body = ",\n".join(cols)
+    return f"CREATE TABLE IF NOT EXISTS {schema.table} (\n{body}\n);"
+
+
+def parse_mysql_url(url: str) -> dict[str, Any]:
+    """``mysql://user:password@host:port/db`` (password percent-encoded) -> pymysql arguments.
+
+    Raises :class:`ConfigError` naming ``MYSQL_URL`` (never the password) when it is malformed.
+    """
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 3306
+    except ValueError as exc:
+        raise ConfigError(f"MYSQL_URL {shown} is malformed: {exc}") from None
+    if parts.scheme not in ("mysql", "mysql+pymysql", "mariadb"):
+        raise ConfigError(f"MYSQL_URL {shown} must start with mysql://")
+    database = unquote(parts.path.lstrip("/"))
+    if not parts.hostname or not database:
+        raise ConfigError(f"MYSQL_URL {shown} needs a host and a database: mysql://user:password@host:port/db")
+    return {
+        "host": parts.hostname,
+        "port": port,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+        "database": database,
+    }
+
+
+class MySQLBackend:
+    def __init__(self, url: str, connect_timeout: float = 10) -> None:
+        self.url = url
+        self.params = parse_mysql_url(url)
+        self.connect_timeout = connect_timeout
+        self.conn: pymysql.connections.Connection | None = None
+        self.name = f"MySQL {redact_url(url)}"
+
+    def connect(self) -> None:
+        """Connect. Raises :class:`ConfigError` for a wrong password or unknown database (final)
+        and :class:`ConnectionLost` when the server cannot be reached (worth retrying)."""
+        self.close()
+        try:
+            self.conn = pymysql.connect(
+                **self.params,
+                charset="utf8mb4",
+                autocommit=False,
+                connect_timeout=self.connect_timeout,
+                read_timeout=60,
+                write_timeout=60,
+            )
+        except pymysql.err.OperationalError as exc:
+            code = exc.args[0] if exc.args else 0
+            if code in (1045, 1044, 1049):  # access denied (user/db), unknown database
+                raise ConfigError(f"MYSQL_URL {redact_url(self.url)}: {exc.args[1] if len(exc.args) > 1 else exc}") from None
+            raise ConnectionLost(f"MySQL error {code}: {exc.args[1] if len(exc.args) > 1 else exc}") from None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+
+    def ensure_table(self, schema: Schema) -> None:
+        self._run(lambda cur: cur.execute(mysql_ddl(schema)))
+
+    def _run(self, fn: Any) -> Any:
+        if self.conn is None:
+            self.connect()
+        assert self.conn is not None
+        try:
+            with self.conn.cursor() as cur:
+                result = fn(cur)
+            self.conn.commit()
+            return result
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, pymysql.err.InternalError) as exc:
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+            if isinstance(exc, pymysql.err.InterfaceError) or code in RETRYABLE_MYSQL_ERRORS:
+                self.close()
+                raise ConnectionLost(f"MySQL error {code}: {exc}") from None
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        try:
+            if self.conn is not None:
+                self.conn.rollback()
+        except Exception:
+            self.close()
+
+    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+        """Write ``rows`` in one transaction; if the server refuses it, write them one by one.
+
+        Returns ``[(row index, error)]`` for the rows the server refused (they are not written;
+        the others are). Raises :class:`ConnectionLost` when the connection fails: nothing of the
+        batch is committed then, so the whole batch can be retried.
+        """
+        cols = ", ".join(f"`{c}`" for c in schema.columns)
+        marks = ", ".join(["%s"] * len(schema.columns))
+        updates = ", ".join(f"`{c}` = VALUES(`{c}`)" for c in schema.columns if c != schema.unique_key)
+        sql = f"INSERT INTO `{schema.table}` ({cols}) VALUES ({marks}) ON DUPLICATE KEY UPDATE {updates}"
+        try:
+            self._run(lambda cur: cur.executemany(sql, rows))
+            return []
+        except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.ProgrammingError):
+            pass
+        refused = []
+        for i, row in enumerate(rows):
+            try:
+                self._run(lambda cur, row=row: cur.execute(sql, row))
+            except ConnectionLost:
+                raise
+            except pymysql.err.MySQLError as exc:
+                refused.append((i, f"MySQL error {exc.args[0] if exc.args else '?'}: {exc.args[1] if len(exc.args) > 1 else exc}"))
+        return refused
+
+
+class SQLiteBackend:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.name = f"SQLite {path}"
+
+    def connect(self) -> None:
+        try:
+            self.conn = sqlite3.connect(self.path, check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as exc:
+            raise ConfigError(f"SQLITE_PATH {self.path!r}: {exc}") from None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def ensure_table(self, schema: Schema) -> None:
+        assert self.conn is not None
+        with self.conn:
+            self.conn.execute(sqlite_ddl(schema))
+
+    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+        assert self.conn is not None
+        cols = ", ".join(schema.columns)
+        marks = ", ".join(["?"] * len(schema.columns))
+        updates = ", ".join(f"{c} = excluded.{c}" for c in schema.columns if c != schema.unique_key)
+        sql = (
+            f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({schema.unique_key}) DO UPDATE SET {updates},"
+            " updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')"
+        )
+        try:
+            with self.conn:
+                self.conn.executemany(sql, rows)
+            return []
+        except sqlite3.Error:
+            pass
+        refused = []
+        for i, row in enumerate(rows):
+            try:
+                with self.conn:
+                    self.conn.execute(sql, row)
+            except sqlite3.Error as exc:
+                refused.append((i, f"SQLite error: {exc}"))
+        return refused
