@@ -104,6 +104,7 @@ class FrontierScheduler(BaseScheduler):
         self._idle_since: float | None = None
         self._outage_since: float | None = None
         self._started = time.time()
+        self._joined = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -372,9 +373,11 @@ class FrontierScheduler(BaseScheduler):
             "leases": len(self._leases),
         }
         self._next_beat = time.monotonic() + self.heartbeat_interval
-        if not await self.frontier.beat(info, ttl=self.node_timeout):
+        known = await self.frontier.beat(info, ttl=self.node_timeout)
+        if not known and self._joined:
             logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages may be fetched twice)")
             self.stats.inc_value("frontier/rejoined")
+        self._joined = True
 
     async def _check_idle(self) -> None:
         if self._local or self._leases or self._to_push or self._to_ack or self.idle_close <= 0:
