@@ -93,3 +93,14 @@ def shared_redis(crawler: Any) -> redis.asyncio.Redis:
 
         crawler.signals.connect(close, signals.spider_closed, weak=False)
     return client
+
+
+def optional_shared_redis(crawler: Any) -> redis.asyncio.Redis | None:
+    """:func:`shared_redis`, or ``None`` in embedded mode or when ``REDIS_URL`` is malformed
+    (the scheduler reports that one, once)."""
+    if not crawler.settings.get("REDIS_URL"):
+        return None
+    try:
+        return shared_redis(crawler)
+    except ConfigError:
+        return None

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.exceptions import CloseSpider, DontCloseSpider, IgnoreRequest, NotConfigured
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.python.failure import Failure
@@ -36,6 +36,7 @@ from twisted.python.failure import Failure
 from crawler.distributed.connection import ConfigError, describe_error, redact_url, shared_redis
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
 from crawler.distributed.keys import Keys
+from crawler.startup import fail_at_open
 from crawler.distributed.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
 
 if TYPE_CHECKING:
@@ -124,14 +125,14 @@ class FrontierScheduler(BaseScheduler):
             client = shared_redis(self.crawler)
             await client.ping()
         except ConfigError as exc:
-            logger.error("%s", exc)
-            raise CloseSpider("config_error") from None
+            fail_at_open(self.crawler, "%s", exc)
+            return
         except redis.exceptions.AuthenticationError as exc:
-            logger.error("REDIS_URL %s: authentication failed (%s)", redact_url(url), describe_error(exc))
-            raise CloseSpider("config_error") from None
+            fail_at_open(self.crawler, "REDIS_URL %s: authentication failed (%s)", redact_url(url), describe_error(exc))
+            return
         except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
-            logger.error("REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
-            raise CloseSpider("config_error") from None
+            fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            return
         self.redis = client
         self.frontier = Frontier(client, self.keys, self.node_id, start_urls_as_set=self.start_as_set)
         await self._beat()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 
-from crawler.distributed.connection import describe_error, shared_redis
+from crawler.distributed.connection import describe_error, optional_shared_redis
 from crawler.distributed.keys import Keys
 from crawler.schema import schema_of
 
@@ -66,12 +66,12 @@ class RedisCachePipeline:
 
     async def open_spider(self) -> None:
         self.keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
-        self.redis = shared_redis(self.crawler)
-        self._put = self.redis.register_script(_PUT)
+        self.redis = optional_shared_redis(self.crawler)
+        self._put = self.redis.register_script(_PUT) if self.redis is not None else None
 
     async def process_item(self, item: Any) -> Any:
         schema = schema_of(item)
-        if schema is None:
+        if schema is None or self._put is None:
             return item
         adapter = ItemAdapter(item)
         content_hash = str(adapter.get("content_hash") or "")

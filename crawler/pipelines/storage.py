@@ -18,11 +18,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
+from scrapy.exceptions import DropItem, NotConfigured
 
 import crawler.items
 from crawler.deadletter import DeadLetters, item_record
-from crawler.distributed.connection import ConfigError, shared_redis
+from crawler.distributed.connection import ConfigError, optional_shared_redis, redact_url
+from crawler.startup import fail_at_open
 from crawler.distributed.keys import Keys
 from crawler.pipelines.cache import item_unchanged
 from crawler.schema import iter_item_classes, schema_of, to_row
@@ -72,7 +73,7 @@ class StoragePipeline:
     async def open_spider(self) -> None:
         spider = self.crawler.spider
         self.keys = Keys.from_settings(self.crawler.settings, spider.name)
-        redis = shared_redis(self.crawler) if self.crawler.settings.get("REDIS_URL") else None
+        redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
         try:
             self.backend = MySQLBackend(self.mysql_url) if self.mysql_url else SQLiteBackend(self.sqlite_path)
@@ -80,11 +81,11 @@ class StoragePipeline:
             for cls in iter_item_classes(crawler.items):
                 await self._ensure_table(schema_of(cls))
         except ConfigError as exc:
-            logger.error("%s", exc)
-            raise CloseSpider("config_error") from None
+            fail_at_open(self.crawler, "%s", exc)
+            return
         except ConnectionLost as exc:
-            logger.error("MYSQL_URL %s: cannot connect (%s)", self.backend.name.split(" ", 1)[1], exc)
-            raise CloseSpider("config_error") from None
+            fail_at_open(self.crawler, "MYSQL_URL %s: cannot connect (%s)", redact_url(self.mysql_url), exc)
+            return
         logger.info("Storing items in %s", self.backend.name)
 
     async def _ensure_table(self, schema: Schema) -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import DropItem, NotConfigured
 
 from crawler.deadletter import DeadLetters, item_record
-from crawler.distributed.connection import shared_redis
+from crawler.distributed.connection import optional_shared_redis
 from crawler.distributed.keys import Keys
 from crawler.logformatter import item_label
 from crawler.schema import SchemaError, ValidationError, validate
@@ -41,7 +41,7 @@ class ValidationPipeline:
     async def open_spider(self) -> None:
         spider = self.crawler.spider
         self.key = Keys.from_settings(self.crawler.settings, spider.name).items_invalid
-        redis = shared_redis(self.crawler) if self.crawler.settings.get("REDIS_URL") else None
+        redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
 
     async def process_item(self, item: Any) -> Any:

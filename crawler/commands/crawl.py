@@ -1,0 +1,32 @@
+"""``scrapy crawl``, exiting with status 2 when the crawl could not start because of a setting
+(an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
+failure. The error itself is one log line that names the setting."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+
+from crawler.startup import CONFIG_ERROR
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+
+
+class Command(ScrapyCrawlCommand):
+    def _create_crawler(self, spidercls: Any) -> Crawler:
+        crawler = super()._create_crawler(spidercls)
+        crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
+        return crawler
+
+    def _on_closed(self, spider: Any, reason: str) -> None:
+        if reason == CONFIG_ERROR:
+            self.exitcode = 2
+
+    def run(self, args: list[str], opts: Any) -> None:
+        exitcode = getattr(self, "exitcode", 0)
+        super().run(args, opts)
+        self.exitcode = max(self.exitcode, exitcode)
