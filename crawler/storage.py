@@ -213,3 +213,16 @@ class SQLiteBackend:
             except sqlite3.Error as exc:
                 refused.append((i, f"SQLite error: {exc}"))
         return refused
+
+
+def schema_sql() -> str:
+    """The MySQL DDL of every item class in :mod:`crawler.items` (what ``deploy/schema.sql`` holds)."""
+    import crawler.items
+    from crawler.schema import iter_item_classes, schema_of
+
+    header = "-- Generated from crawler/items.py by crawler.storage.schema_sql(); the storage pipeline runs the same DDL at start.\n"
+    return header + "\n\n".join(mysql_ddl(schema_of(cls)) for cls in iter_item_classes(crawler.items)) + "\n"
+
+
+if __name__ == "__main__":
+    print(schema_sql(), end="")

@@ -64,24 +64,33 @@ return added
 
 _LEASE = """
 -- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, n
+-- Walks the due hosts, an equal share from each; a host with fewer requests than its share
+-- leaves the rest to the hosts after it, and a second round fills what is still missing.
 local prefix, now, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 local out = {}
-for idx, host in ipairs(hosts) do
-  local take = math.ceil(want / (#hosts - idx + 1))
-  local q = prefix .. host
-  local got = redis.call('ZPOPMIN', q, take)
-  for j = 1, #got, 2 do
-    redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\\t' .. host)
-    out[#out + 1] = got[j]
+local left = hosts
+while want > 0 and #left > 0 do
+  local next_round = {}
+  for idx, host in ipairs(left) do
+    local take = math.ceil(want / (#left - idx + 1))
+    local q = prefix .. host
+    local got = redis.call('ZPOPMIN', q, take)
+    for j = 1, #got, 2 do
+      redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\\t' .. host)
+      out[#out + 1] = got[j]
+    end
+    want = want - #got / 2
+    if redis.call('EXISTS', q) == 0 then
+      redis.call('ZREM', KEYS[1], host)
+    else
+      redis.call('ZADD', KEYS[1], now, host)
+      next_round[#next_round + 1] = host
+    end
+    if want <= 0 then break end
   end
-  want = want - #got / 2
-  if redis.call('EXISTS', q) == 0 then
-    redis.call('ZREM', KEYS[1], host)
-  else
-    redis.call('ZADD', KEYS[1], now, host)
-  end
-  if want <= 0 then break end
+  if #next_round == #left and want > 0 and #out == 0 then break end
+  left = next_round
 end
 return out
 """

@@ -1,0 +1,232 @@
+"""Fixtures: real servers on loopback.
+
+- ``docs_site``: Debian's python3.11-doc HTML served by a Python HTTP server on 127.0.0.x.
+- ``redis_url``: the machine's Redis, database ``TEST_REDIS_DB`` (default 13); each test deletes
+  only the keys of its own spider names before and after it runs.
+- ``mysql_url``: the machine's MariaDB, a database of the test session's own, dropped at the end.
+- ``crawl()`` / ``start_worker()``: real ``scrapy crawl`` processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pymysql
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = Path(os.environ.get("DOCS_DIR", "/usr/share/doc/python3.11/html"))
+REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))
+REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))
+MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
+MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
+#: Spider names the tests use; their keys are the only ones a test deletes.
+SPIDERS = ("site", "probe")
+
+# Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
+FAST = {
+    "AUTOTHROTTLE_ENABLED": "False",
+    "TELNETCONSOLE_ENABLED": "False",
+    "LOG_LEVEL": "INFO",
+    "FRONTIER_HEARTBEAT_INTERVAL": "1",
+    "FRONTIER_NODE_TIMEOUT": "3",
+    "RETRY_BACKOFF_BASE": "0.05",
+}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(host: str, port: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port}")
+
+
+class HttpServer:
+    """``python -m http.server`` (threaded) serving a directory on a 127.0.0.x address."""
+
+    def __init__(self, directory: Path, host: str = "127.0.0.2") -> None:
+        self.host = host
+        self.port = free_port(host)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(self.port), "--bind", host, "--directory", str(directory)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_port(host, self.port)
+        self.url = f"http://{host}:{self.port}/"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def docs_site():
+    if not (DOCS / "index.html").exists():
+        pytest.fail(f"{DOCS} is missing: install Debian's python3.11-doc (apt-get install python3.11-doc) or set DOCS_DIR")
+    server = HttpServer(DOCS, "127.0.0.2")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def expected_pages(docs_site) -> set[str]:
+    """The HTML pages reachable from index.html, found by walking the files on disk (an oracle
+    independent of the spider)."""
+    from tests.oracle import reachable_pages
+
+    return {docs_site.url + p for p in reachable_pages(DOCS, "index.html")}
+
+
+def _clean_redis(client: redis.Redis) -> None:
+    for spider in SPIDERS:
+        keys = list(client.scan_iter(match=f"{spider}:*", count=1000))
+        for i in range(0, len(keys), 500):
+            client.delete(*keys[i : i + 500])
+
+
+@pytest.fixture
+def redis_url():
+    client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis is not reachable at {REDIS_HOST}:{REDIS_PORT} ({exc}): start redis-server or set TEST_REDIS_PORT")
+    _clean_redis(client)
+    yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+    _clean_redis(client)
+    client.close()
+
+
+@pytest.fixture
+def redis_client(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def mysql_server():
+    name = f"crawler_test_{uuid.uuid4().hex[:8]}"
+    try:
+        conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password=os.environ.get("TEST_MYSQL_PASSWORD", ""), autocommit=True)
+    except pymysql.err.OperationalError as exc:
+        pytest.fail(f"MariaDB is not reachable at {MYSQL_HOST}:{MYSQL_PORT} ({exc}): start mariadbd or set TEST_MYSQL_PORT")
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    yield conn, name
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+@pytest.fixture
+def mysql_url(mysql_server):
+    conn, name = mysql_server
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
+        for (table,) in cur.fetchall():
+            cur.execute(f"DROP TABLE `{name}`.`{table}`")
+    password = os.environ.get("TEST_MYSQL_PASSWORD", "")
+    auth = f"root:{password}" if password else "root"
+    return f"mysql://{auth}@{MYSQL_HOST}:{MYSQL_PORT}/{name}"
+
+
+@pytest.fixture
+def mysql_query(mysql_server):
+    conn, name = mysql_server
+
+    def query(sql: str, *args):
+        with conn.cursor() as cur:
+            cur.execute(f"USE `{name}`")
+            cur.execute(sql, args)
+            return cur.fetchall()
+
+    return query
+
+
+class Worker:
+    """A ``scrapy crawl`` process; its log is kept in a file."""
+
+    def __init__(self, spider: str, settings: dict[str, str], env: dict[str, str], args: list[str], log: Path) -> None:
+        cmd = [sys.executable, "-m", "scrapy", "crawl", spider]
+        for k, v in {**FAST, **settings}.items():
+            cmd += ["-s", f"{k}={v}"]
+        cmd += args
+        self.log_path = log
+        self._log = log.open("wb")
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+        for var in ("REDIS_URL", "MYSQL_URL"):
+            if var not in env:
+                full_env.pop(var, None)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 240) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"worker did not finish in {timeout}s; log:\n{self.output[-5000:]}") from None
+
+    def signal(self, sig: int = signal.SIGINT) -> None:
+        self.proc.send_signal(sig)
+
+    @property
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stat(self, name: str) -> int:
+        """A numeric value from the final stats dump (0 when absent)."""
+        m = re.search(rf"'{re.escape(name)}': (\d+)", self.output)
+        return int(m.group(1)) if m else 0
+
+    def wait_for(self, pattern: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.output):
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{pattern!r} not seen in the worker log:\n{self.output[-5000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
+@pytest.fixture
+def start_worker(tmp_path):
+    workers: list[Worker] = []
+
+    def start(spider: str = "site", settings: dict[str, str] | None = None, env: dict[str, str] | None = None, args: list[str] | None = None) -> Worker:
+        worker = Worker(spider, settings or {}, env or {}, args or [], tmp_path / f"worker{len(workers)}.log")
+        workers.append(worker)
+        return worker
+
+    yield start
+    for w in workers:
+        w.stop()

@@ -1,0 +1,51 @@
+"""A test HTTP server with failure modes, run as ``python tests/flaky_server.py HOST PORT LOG``.
+
+- ``/always500/<anything>``: 500 every time.
+- ``/retry-after/<seconds>/<id>``: 429 with ``Retry-After: <seconds>`` the first time, then 200.
+- ``/fixed/<id>``: 500 until the file ``<LOG>.fixed`` exists, then 200.
+- anything else: a small HTML page.
+Every request is appended to LOG as ``<unix time> <path>``.
+"""
+
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+HOST, PORT, LOG = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+_seen: set[str] = set()
+_lock = threading.Lock()
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        with _lock:
+            with LOG.open("a") as f:
+                f.write(f"{time.time():.3f} {self.path}\n")
+            first = self.path not in _seen
+            _seen.add(self.path)
+        if self.path.startswith("/always500/"):
+            return self._send(500, b"broken")
+        if self.path.startswith("/retry-after/") and first:
+            return self._send(429, b"slow down", {"Retry-After": self.path.split("/")[2]})
+        if self.path.startswith("/fixed/") and not Path(f"{LOG}.fixed").exists():
+            return self._send(500, b"not yet")
+        if self.path == "/robots.txt":
+            return self._send(404, b"")
+        self._send(200, f"<html><head><title>{self.path}</title></head><body><p>ok</p></body></html>".encode())
+
+    def _send(self, status, body, headers=None):
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+ThreadingHTTPServer((HOST, PORT), Handler).serve_forever()

@@ -1,0 +1,45 @@
+"""An independent answer to "which pages does a full crawl of this directory store?": a
+breadth-first walk of the HTML files on disk, following <a href> and <area href> as a browser
+resolves them, skipping the extensions Scrapy's link extractor skips."""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+
+import lxml.html
+from scrapy.linkextractors import IGNORED_EXTENSIONS
+
+
+def reachable_pages(root: Path, start: str) -> set[str]:
+    """Paths (relative to ``root``, as URL paths without the leading slash) of the HTML pages
+    reachable from ``start``."""
+    base = "http://oracle.invalid/"
+    seen = {start}
+    pages = set()
+    todo = deque([start])
+    while todo:
+        path = todo.popleft()
+        file = root / unquote(urlsplit(path).path)
+        if file.is_dir():
+            file = file / "index.html"
+        if not file.is_file() or file.suffix not in (".html", ".htm"):
+            continue
+        pages.add(path)
+        doc = lxml.html.fromstring(file.read_bytes())
+        page_url = base + path
+        base_href = doc.xpath("//base/@href")
+        if base_href:
+            page_url = urljoin(page_url, base_href[0].strip())
+        for href in doc.xpath("//a/@href | //area/@href"):
+            url = urldefrag(urljoin(page_url, href.strip()))[0]
+            if not url.startswith(base):
+                continue
+            rel = url[len(base):]
+            ext = Path(urlsplit(url).path).suffix.lower().lstrip(".")
+            if ext in IGNORED_EXTENSIONS or rel in seen:
+                continue
+            seen.add(rel)
+            todo.append(rel)
+    return pages

@@ -1,0 +1,125 @@
+"""The frontier's Lua scripts against the real Redis."""
+
+import asyncio
+
+import pytest
+import redis.asyncio
+
+from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
+from crawler.distributed.keys import Keys
+from scrapy.settings import Settings
+
+KEYS = Keys.from_settings(Settings(), "site")
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def with_frontier(redis_url, fn, node="n1", **kw):
+    client = redis.asyncio.Redis.from_url(redis_url)
+    try:
+        return await fn(Frontier(client, KEYS, node, **kw), client)
+    finally:
+        await client.aclose()
+
+
+def entry(url, host="h", fp=None, score=0):
+    return Entry(fp if fp is not None else url, host, score, '{"url":"%s"}' % url)
+
+
+def test_push_dedups_across_calls_and_bypasses_for_dont_filter(redis_url):
+    async def go(f, r):
+        assert await f.push([entry("a"), entry("b"), entry("a")]) == 2
+        assert await f.push([entry("a"), entry("c")]) == 1
+        # dont_filter requests skip the dupefilter
+        assert await f.push([Entry("", "h", 0, '{"url":"a","dont_filter":true}')]) == 1
+        return await r.zcard(KEYS.queue_prefix + "h"), await r.scard(KEYS.dupefilter)
+
+    assert run(with_frontier(redis_url, go)) == (4, 3)
+
+
+def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
+    async def go(f, r):
+        await f.push([entry("a"), entry("b")])
+        taken = await f.lease(10)
+        assert sorted(taken) == [b'{"url":"a"}', b'{"url":"b"}']
+        assert await r.hlen(f.lease_key) == 2
+        assert await r.exists(KEYS.queue_prefix + "h") == 0
+        assert await r.zcard(KEYS.slots) == 0
+        # a page's children and its acknowledgement arrive in one call
+        assert await f.push([entry("child")], acks=[taken[0]], failed=['{"reason":"x"}']) == 1
+        assert await r.hlen(f.lease_key) == 1
+        assert await r.llen(KEYS.failed) == 1
+        return await f.lease(10)
+
+    assert run(with_frontier(redis_url, go)) == [b'{"url":"child"}']
+
+
+def test_lease_takes_from_every_due_host(redis_url):
+    async def go(f, r):
+        await f.push([entry(f"a{i}", host="a") for i in range(20)] + [entry(f"b{i}", host="b") for i in range(2)])
+        taken = await f.lease(6)
+        return sorted(t.decode()[8] for t in taken)
+
+    hosts = run(with_frontier(redis_url, go))
+    assert hosts.count("b") == 2 and hosts.count("a") == 4
+
+
+def test_priority_orders_within_a_host(redis_url):
+    async def go(f, r):
+        await f.push([entry("low", score=0), entry("high", score=-10)])
+        return await f.lease(1)
+
+    assert run(with_frontier(redis_url, go)) == [b'{"url":"high"}']
+
+
+def test_release_returns_leases_and_start_urls(redis_url):
+    async def go(f, r):
+        await f.push([entry("a")])
+        await r.lpush(KEYS.start_urls, b"http://s/1")
+        assert await f.take_start_urls(5) == [b"http://s/1"]
+        assert await f.lease(5) == [b'{"url":"a"}']
+        assert await f.release() == 2
+        assert await r.exists(f.lease_key) == 0
+        return await r.lrange(KEYS.start_urls, 0, -1), await f.lease(5)
+
+    assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], [b'{"url":"a"}'])
+
+
+def test_reclaim_takes_back_only_dead_nodes_leases(redis_url):
+    async def go(f_dead, r):
+        f_live = Frontier(r, KEYS, "live")
+        await f_dead.push([entry("a"), entry("b")])
+        await f_dead.beat({"pid": 1}, ttl=10)
+        await f_dead.lease(1)
+        await f_live.beat({"pid": 2}, ttl=10)
+        await f_live.lease(1)
+        assert await f_live.reclaim(node_timeout=60) == (0, 0)
+        await asyncio.sleep(0.3)
+        await f_live.beat({"pid": 2}, ttl=10)
+        restored, nodes = await f_live.reclaim(node_timeout=0.2)
+        assert (restored, nodes) == (1, 1)
+        assert await r.zrange(KEYS.nodes, 0, -1) == [b"live"]
+        assert not await f_dead.beat({"pid": 1}, ttl=10)  # the dead node learns it was dropped
+        return await r.hlen(f_live.lease_key), await f_live.status(deep=True)
+
+    held, status = run(with_frontier(redis_url, go, node="dead"))
+    assert held == 1
+    assert (status.depth, status.inflight, status.seen) == (1, 1, 2)
+
+
+def test_start_urls_as_set(redis_url):
+    async def go(f, r):
+        await r.sadd(KEYS.start_urls, b"http://s/1")
+        assert await f.take_start_urls(5) == [b"http://s/1"]
+        assert await r.hget(f.lease_key, START_PREFIX + b"http://s/1") == b"\t"
+        await f.release()
+        return await r.smembers(KEYS.start_urls)
+
+    assert run(with_frontier(redis_url, go, start_urls_as_set=True)) == {b"http://s/1"}
+
+
+def test_slot_of_keeps_the_dead_letter_key_free():
+    assert slot_of("Example.COM") == "example.com"
+    assert slot_of("failed") == "failed."

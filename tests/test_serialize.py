@@ -1,0 +1,114 @@
+import json
+
+import pytest
+from scrapy import Request, Spider
+
+from crawler.distributed.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
+
+
+class S(Spider):
+    name = "s"
+
+    def parse(self, response):
+        pass
+
+    def other(self, response):
+        pass
+
+    def on_error(self, failure):
+        pass
+
+
+def foreign(response):
+    pass
+
+
+@pytest.fixture
+def spider():
+    return S()
+
+
+def test_round_trip_keeps_everything(spider):
+    request = Request(
+        "http://h/p?q=1",
+        method="POST",
+        headers={"X-A": "1", "Cookie": "c=\xe9"},
+        body=b"\x00\xffraw",
+        meta={"depth": 2, "k": [1, "é"]},
+        cb_kwargs={"x": 1},
+        priority=5,
+        callback=spider.other,
+        errback=spider.on_error,
+        dont_filter=True,
+    )
+    back = request_from_json(request_to_json(request, spider), spider)
+    assert (back.url, back.method, back.body, back.priority, back.dont_filter) == (request.url, "POST", b"\x00\xffraw", 5, True)
+    assert back.headers.getlist("X-A") == [b"1"]
+    assert back.headers.getlist("Cookie") == request.headers.getlist("Cookie")
+    assert back.meta == {"depth": 2, "k": [1, "é"]}
+    assert back.cb_kwargs == {"x": 1}
+    assert back.callback == spider.other and back.errback == spider.on_error
+
+
+def test_private_meta_is_not_stored(spider):
+    payload = request_to_json(Request("http://h/", meta={"_frontier_lease": b"x", "a": 1}), spider)
+    assert json.loads(payload)["meta"] == {"a": 1}
+
+
+def test_foreign_callback_is_refused_at_enqueue(spider):
+    with pytest.raises(RequestRefused, match="not a method of spider"):
+        request_to_json(Request("http://h/", callback=foreign), spider)
+
+
+def test_meta_that_is_not_json_is_refused(spider):
+    with pytest.raises(RequestRefused) as info:
+        request_to_json(Request("http://h/", meta={"obj": object()}), spider)
+    assert info.value.reason == "not_json"
+
+
+def parse(raw, spider, limit=65536):
+    return parse_start_payload(raw if isinstance(raw, bytes) else raw.encode(), spider, limit)
+
+
+def test_plain_url_and_json_string(spider):
+    assert parse("  http://h/a  ", spider)[0].url == "http://h/a"
+    assert parse('"http://h/b"', spider)[0].url == "http://h/b"
+
+
+def test_json_object_fields(spider):
+    raw = json.dumps({"url": "http://h/", "meta": {"probe": 1}, "method": "POST", "body": "a=1", "priority": 3, "callback": "other", "cb_kwargs": {"x": 2}, "formdata": {"a": "b"}})
+    request, unknown = parse(raw, spider)
+    assert (request.method, request.body, request.priority, request.meta["probe"], request.cb_kwargs) == ("POST", b"a=1", 3, 1, {"x": 2})
+    assert request.callback == spider.other
+    assert unknown == ["formdata"]
+    assert type(request) is Request  # never a FormRequest
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("not a url", "bad_url"),
+        ('{"url": "ftp://x"}', "bad_scheme"),
+        ('{"url": "file:///etc/passwd"}', "bad_scheme"),
+        ("[1,2]", "not_object"),
+        ("123", "not_object"),
+        (b"\xff\xfe\x00http", "not_utf8"),
+        ('{"url": "http://h/", "callback": "_private"}', "bad_field"),
+        ('{"url": "http://h/", "callback": "nope"}', "bad_field"),
+        ('{"url": "http://h/", "priority": "high"}', "bad_field"),
+        ('{"url": "http://h/", "meta": [1]}', "bad_field"),
+        ('{"url": ', "bad_json"),
+        ('{"meta": {}}', "bad_url"),
+        ("http://", "bad_url"),
+    ],
+)
+def test_bad_payloads_are_refused_with_a_reason(spider, raw, reason):
+    with pytest.raises(RequestRefused) as info:
+        parse(raw, spider)
+    assert info.value.reason == reason
+
+
+def test_oversized_payload_is_refused_before_parsing(spider):
+    with pytest.raises(RequestRefused) as info:
+        parse(b"http://h/" + b"a" * 10_000_000, spider)
+    assert info.value.reason == "too_large"
