@@ -40,7 +40,7 @@ FAST = {
     "TELNETCONSOLE_ENABLED": "False",
     "LOG_LEVEL": "INFO",
     "FRONTIER_HEARTBEAT_INTERVAL": "1",
-    "FRONTIER_NODE_TIMEOUT": "3",
+    "FRONTIER_NODE_TIMEOUT": "6",
     "RETRY_BACKOFF_BASE": "0.05",
 }
 
@@ -223,10 +223,31 @@ def start_worker(tmp_path):
     workers: list[Worker] = []
 
     def start(spider: str = "site", settings: dict[str, str] | None = None, env: dict[str, str] | None = None, args: list[str] | None = None) -> Worker:
-        worker = Worker(spider, settings or {}, env or {}, args or [], tmp_path / f"worker{len(workers)}.log")
+        defaults = {"SQLITE_PATH": str(tmp_path / "crawl.sqlite3"), "DEAD_LETTER_DIR": str(tmp_path)}
+        worker = Worker(spider, {**defaults, **(settings or {})}, env or {}, args or [], tmp_path / f"worker{len(workers)}.log")
         workers.append(worker)
         return worker
 
     yield start
     for w in workers:
         w.stop()
+
+
+@pytest.fixture
+def throwaway_redis(tmp_path):
+    """Start a private redis-server (for tests that stop or reconfigure a server); returns its port."""
+    procs = []
+
+    def start(**options: str) -> int:
+        port = free_port()
+        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)]
+        for k, v in options.items():
+            cmd += [f"--{k}", v]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_port("127.0.0.1", port)
+        return port
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(10)

@@ -76,7 +76,7 @@ class FrontierScheduler(BaseScheduler):
         self.stats = crawler.stats
         self.prefetch = settings.getint("FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
         self.heartbeat_interval = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL", 5.0)
-        self.node_timeout = settings.getfloat("FRONTIER_NODE_TIMEOUT", 3 * self.heartbeat_interval)
+        self.node_timeout = settings.getfloat("FRONTIER_NODE_TIMEOUT", 6 * self.heartbeat_interval)
         self.poll_max = settings.getfloat("FRONTIER_POLL_MAX", 1.0)
         self.idle_close = settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE", 0)
         self.persist = settings.getbool("SCHEDULER_PERSIST", False)
@@ -97,11 +97,10 @@ class FrontierScheduler(BaseScheduler):
         self._to_ack: list[bytes] = []
         self._to_fail: list[str] = []
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self._poll_delay = 0.0
         self._next_poll = 0.0
-        self._next_beat = 0.0
         self._idle_since: float | None = None
         self._outage_since: float | None = None
         self._started = time.time()
@@ -140,7 +139,8 @@ class FrontierScheduler(BaseScheduler):
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
         self._hook_scraper()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._heartbeat())]
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
@@ -250,20 +250,29 @@ class FrontierScheduler(BaseScheduler):
                 await asyncio.sleep(1.0)
 
     def _tick(self) -> float:
-        until_beat = self._next_beat - time.monotonic()
-        until_poll = self._next_poll - time.monotonic() if len(self._local) <= self.prefetch // 2 else until_beat
-        return max(0.0, min(until_beat, until_poll, 1.0))
+        if len(self._local) > self.prefetch // 2:
+            return 1.0
+        return max(0.0, min(self._next_poll - time.monotonic(), 1.0))
+
+    async def _heartbeat(self) -> None:
+        """Beat and reclaim dead nodes' leases every FRONTIER_HEARTBEAT_INTERVAL seconds, on a
+        timer of its own so that a busy flush never delays it."""
+        while not self._stopping:
+            try:
+                await self._beat()
+                restored, nodes = await self.frontier.reclaim(self.node_timeout)
+                if restored or nodes:
+                    self.stats.inc_value("frontier/reclaimed", restored)
+                    logger.warning("Reclaimed %d leases from %d dead node(s)", restored, nodes)
+            except _REDIS_ERRORS as exc:
+                self._outage(exc)
+            except Exception:
+                logger.exception("Heartbeat error (the worker keeps running)")
+            await asyncio.sleep(self.heartbeat_interval)
 
     async def _step(self) -> None:
         await self._flush()
-        now = time.monotonic()
-        if now >= self._next_beat:
-            await self._beat()
-            restored, nodes = await self.frontier.reclaim(self.node_timeout)
-            if restored or nodes:
-                self.stats.inc_value("frontier/reclaimed", restored)
-                logger.warning("Reclaimed %d leases from %d dead node(s)", restored, nodes)
-        if len(self._local) <= self.prefetch // 2 and now >= self._next_poll:
+        if len(self._local) <= self.prefetch // 2 and time.monotonic() >= self._next_poll:
             got = await self._refill()
             if got:
                 self._poll_delay = 0.0
@@ -285,7 +294,8 @@ class FrontierScheduler(BaseScheduler):
             logger.error("Redis unreachable (%s); retrying with backoff, nothing taken is dropped", describe_error(exc))
 
     async def _flush(self) -> None:
-        while self._to_push or self._to_ack or self._to_fail:
+        # Flush what is buffered now; what arrives meanwhile waits for the next round.
+        for _ in range(len(self._to_push) // _PUSH_BATCH + 1):
             entries = self._to_push[:_PUSH_BATCH]
             # Acknowledgements go with the last batch of pushes, never before them.
             last = len(entries) == len(self._to_push)
@@ -373,10 +383,13 @@ class FrontierScheduler(BaseScheduler):
             "items": self.stats.get_value("item_scraped_count", 0),
             "leases": len(self._leases),
         }
-        self._next_beat = time.monotonic() + self.heartbeat_interval
         known = await self.frontier.beat(info, ttl=self.node_timeout)
         if not known and self._joined:
-            logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages may be fetched twice)")
+            # Its leases went back to the frontier: drop what it had not started yet.
+            for request in self._local:
+                self._leases.pop(request.meta[LEASE_META], None)
+            self._local.clear()
+            logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)")
             self.stats.inc_value("frontier/rejoined")
         self._joined = True
 
@@ -407,8 +420,9 @@ class FrontierScheduler(BaseScheduler):
     async def _close(self, reason: str) -> None:
         self._stopping = True
         self._wakeup.set()
-        if self._task is not None:
-            await self._task
+        run, heartbeat = self._tasks
+        heartbeat.cancel()
+        await asyncio.gather(run, heartbeat, return_exceptions=True)
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -16,5 +16,5 @@ class ProbeSpider(scrapy.Spider):
             "status": response.status,
         }
 
-    def other(self, response):
-        yield {"url": response.url, "callback": "other", "extra": response.cb_kwargs.get("extra")}
+    def other(self, response, extra=None):
+        yield {"url": response.url, "callback": "other", "extra": extra}

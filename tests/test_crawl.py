@@ -1,0 +1,160 @@
+"""End-to-end crawls of the python3.11-doc site with real ``scrapy crawl`` processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import time
+
+import pytest
+
+DISTRIBUTED = {"MAX_IDLE_TIME_BEFORE_CLOSE": "3"}
+
+
+def stored_urls_mysql(mysql_query) -> list[str]:
+    return [row[0] for row in mysql_query("SELECT url FROM pages")]
+
+
+def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, start_worker, tmp_path):
+    db = tmp_path / "crawl.sqlite3"
+    worker = start_worker(settings={"SQLITE_PATH": str(db)}, args=["-a", f"url={docs_site.url}index.html"])
+    assert worker.wait() == 0, worker.output[-3000:]
+    urls = [row[0] for row in sqlite3.connect(db).execute("SELECT url FROM pages")]
+    assert len(urls) == len(set(urls))
+    assert set(urls) == expected_pages
+    assert "Storing items in SQLite" in worker.output
+
+
+def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=DISTRIBUTED, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    for w in workers:
+        assert w.wait() == 0, w.output[-3000:]
+    urls = stored_urls_mysql(mysql_query)
+    assert len(urls) == len(set(urls)), "a page was stored twice"
+    assert set(urls) == expected_pages
+    shares = [w.stat("item_scraped_count") for w in workers]
+    assert all(shares) and sum(shares) == len(expected_pages), shares
+    # nothing is left in flight, and the last worker cleared the crawl (SCHEDULER_PERSIST=False)
+    assert not list(redis_client.scan_iter(match="site:leases:*"))
+    assert not redis_client.exists("site:dupefilter", "site:requests")
+
+
+def test_same_crawl_in_redis_cache(docs_site, start_worker, redis_url, redis_client, tmp_path):
+    """Distributed mode without MYSQL_URL stores in SQLite and caches every page in Redis."""
+    db = tmp_path / "crawl.sqlite3"
+    worker = start_worker(settings={**DISTRIBUTED, "SQLITE_PATH": str(db), "SCHEDULER_PERSIST": "True"}, env={"REDIS_URL": redis_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{docs_site.url}library/json.html")
+    assert worker.wait() == 0
+    stored = sqlite3.connect(db).execute("SELECT COUNT(*) FROM pages").fetchone()[0]
+    cached = len(list(redis_client.scan_iter(match="site:items:cache:*")))
+    assert stored > 10 and cached == stored
+    assert redis_client.scard("site:dupefilter") >= stored  # persisted
+
+
+def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tmp_path):
+    out = tmp_path / "items.jl"
+    worker = start_worker(
+        "probe",
+        settings={**DISTRIBUTED, "SPIDER_MODULES": "tests.spiders", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})},
+        env={"REDIS_URL": redis_url},
+    )
+    worker.wait_for("Joined the crawl")
+    base = docs_site.url
+    bad = [
+        b"not a url",
+        b'{"url": "ftp://x"}',
+        b'{"url": "file:///etc/passwd"}',
+        b"[1,2]",
+        b"123",
+        b"\xff\xfe\x00\x80",
+        b"http://" + b"a" * 10_000_000,
+    ]
+    good = [
+        f"{base}library/json.html".encode(),
+        f"{base}library/json.html".encode(),  # twice: crawled once
+        json.dumps({"url": f"{base}library/os.html", "meta": {"probe": "hello"}, "formdata": {"a": "b"}}).encode(),
+        json.dumps(f"{base}library/re.html").encode(),
+        json.dumps({"url": f"{base}library/sys.html", "callback": "other", "cb_kwargs": {"extra": 7}}).encode(),
+    ]
+    # lpush, consumed oldest first: the bad ones arrive before the good ones
+    redis_client.lpush("probe:start_urls", *bad, *good)
+    assert worker.wait() == 0, worker.output[-3000:]
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    by_url = {}
+    for item in items:
+        by_url.setdefault(item["url"].removeprefix(base), []).append(item)
+    assert sorted(by_url) == ["library/json.html", "library/os.html", "library/re.html", "library/sys.html"]
+    assert len(by_url["library/json.html"]) == 1
+    os_item = by_url["library/os.html"][0]
+    assert os_item["probe"] == "hello"
+    assert (os_item["method"], os_item["body"]) == ("GET", "")  # the unknown key is not form data
+    assert by_url["library/sys.html"][0] == {"url": f"{base}library/sys.html", "callback": "other", "extra": 7}
+    assert "ignored unknown keys 'formdata'" in worker.output
+    reasons = {"bad_url": 1, "bad_scheme": 2, "not_object": 2, "not_utf8": 1, "too_large": 1}
+    for reason, count in reasons.items():
+        assert worker.stat(f"start_urls/refused/{reason}") == count, reason
+    invalid = [json.loads(r) for r in redis_client.lrange("probe:start_urls:invalid", 0, -1)]
+    assert sorted(r["reason"] for r in invalid) == sorted(r for r, n in reasons.items() for _ in range(n))
+    big = next(r for r in invalid if r["reason"] == "too_large")
+    assert big["size"] == len(bad[-1]) and len(big["payload"]) == 65536
+    assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize("persist", ["True", "False"])
+def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    slow = {**DISTRIBUTED, "SCHEDULER_PERSIST": persist, "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.05"}
+    first, second = start_worker(settings=slow, env=env), start_worker(settings=slow, env=env)
+    first.wait_for("Joined the crawl")
+    second.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    deadline = time.monotonic() + 60
+    while len(stored_urls_mysql(mysql_query)) < 60 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    first.signal(signal.SIGINT)
+    assert first.wait(60) == 0
+    assert second.proc.poll() is None, "the second worker stopped too"
+    # the stopped worker left the queue and the dupefilter to the other one
+    assert redis_client.scard("site:dupefilter") > 60
+    assert redis_client.exists("site:requests")
+    assert not redis_client.exists(f"site:leases:{first.output.split('as node ')[1].split()[0]}")
+    assert second.wait() == 0, second.output[-3000:]
+    urls = stored_urls_mysql(mysql_query)
+    assert len(urls) == len(set(urls))
+    assert set(urls) == expected_pages
+
+
+@pytest.mark.parametrize(
+    ("env", "setting"),
+    [
+        ({"REDIS_URL": "redis://:s3cretpw@127.0.0.1:1/0"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://127.0.0.1:notaport/0"}, "REDIS_URL"),
+        ({"REDIS_URL": "http://u:s3cretpw@x"}, "REDIS_URL"),
+        ({"MYSQL_URL": "mysql://root:s3cretpw@127.0.0.1:1/test"}, "MYSQL_URL"),
+        ({"MYSQL_URL": "mysql://nobody:s3cretpw@127.0.0.1:3306/test"}, "MYSQL_URL"),
+        ({"MYSQL_URL": "mysql://root:s3cretpw@127.0.0.1:xx/test"}, "MYSQL_URL"),
+        ({"MYSQL_URL": "postgres://u:s3cretpw@h/db"}, "MYSQL_URL"),
+    ],
+)
+def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker, tmp_path):
+    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env=env, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, worker.output
+    assert setting in errors[0]
+    assert "Traceback" not in worker.output
+    assert "s3cretpw" not in worker.output
+
+
+def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
+    url = f"redis://:s3cretpw@127.0.0.1:{throwaway_redis(requirepass='right-one')}/0"
+    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env={"REDIS_URL": url}, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2
+    assert "REDIS_URL redis://:***@" in worker.output and "authentication failed" in worker.output.lower()
+    assert "s3cretpw" not in worker.output and "Traceback" not in worker.output
