@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install what the tests need, make sure Redis and MariaDB answer, and run the test suite.
+#   bash tests/run.sh [pytest arguments]
+# Needs: Debian (apt-get, as root, for missing system packages) and Python 3.11 with venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+[ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v mariadbd >/dev/null || missing+=(mariadb-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "tests/run.sh: please install: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+# The tests use Redis database 13 (keys site:* and probe:* only) and a MariaDB database of
+# their own, created and dropped by the test session. Start the servers if they are down.
+if ! redis-cli -h "${TEST_REDIS_HOST:-127.0.0.1}" -p "${TEST_REDIS_PORT:-6379}" ping >/dev/null 2>&1; then
+  echo "tests/run.sh: starting redis-server on 127.0.0.1:6379 (no persistence)"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+fi
+if ! mysqladmin -h "${TEST_MYSQL_HOST:-127.0.0.1}" -P "${TEST_MYSQL_PORT:-3306}" -uroot ping >/dev/null 2>&1; then
+  echo "tests/run.sh: starting mariadbd"
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  for _ in $(seq 60); do mysqladmin -h 127.0.0.1 -uroot ping >/dev/null 2>&1 && break; sleep 0.5; done
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
+CI="${CI:-}" exec .venv/bin/python -m pytest "$@"
