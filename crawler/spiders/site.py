@@ -12,6 +12,7 @@ from scrapy.http import HtmlResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
+from crawler.distributed.serialize import RequestRefused, check_url
 from crawler.items import Page
 
 if TYPE_CHECKING:
@@ -42,8 +43,14 @@ class SiteSpider(scrapy.Spider):
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
 
     async def start(self) -> AsyncIterator[Any]:
+        if not self.start_urls and not self.settings.get("REDIS_URL"):
+            self.logger.error("No start URL: run `scrapy crawl site -a url=https://host/` (or set REDIS_URL and push to %s:start_urls)", self.name)
         for url in self.start_urls:
-            yield scrapy.Request(url, callback=self.parse)
+            try:
+                yield scrapy.Request(check_url(url), callback=self.parse)
+            except RequestRefused as exc:
+                self.logger.error("Refused start URL %r: %s", url, exc)
+                self.crawler.stats.inc_value(f"start_urls/refused/{exc.reason}")
 
     def parse(self, response: Any) -> Iterator[Any]:
         hosts = self._hosts(response)
