@@ -31,3 +31,21 @@ def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
         raise CloseSpider(CONFIG_ERROR)
 
     crawler.signals.connect(close_now, signals.spider_opened, weak=False)
+
+
+def read_setting(crawler: Crawler, name: str, kind: type, default: Any, *, minimum: float | None = None, above: float | None = None) -> Any:
+    """Read a numeric or boolean setting; a value that does not parse or is out of range is
+    reported once with :func:`fail_at_open` (the crawl then stops with ``config_error``) and the
+    default is used meanwhile. ``minimum`` is inclusive, ``above`` exclusive."""
+    getter = {int: crawler.settings.getint, float: crawler.settings.getfloat, bool: crawler.settings.getbool}[kind]
+    raw = crawler.settings.get(name, default)
+    try:
+        value = getter(name, default)
+    except (TypeError, ValueError):
+        fail_at_open(crawler, "Setting %s=%r is not a valid %s", name, raw, kind.__name__)
+        return default
+    if (minimum is not None and value < minimum) or (above is not None and value <= above):
+        bound = f">= {minimum}" if minimum is not None else f"> {above}"
+        fail_at_open(crawler, "Setting %s=%r is out of range: it must be %s", name, raw, bound)
+        return default
+    return value

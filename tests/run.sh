@@ -33,5 +33,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt
+if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-test.txt >.venv/pip.log 2>&1; then
+  cat .venv/pip.log >&2
+  exit 1
+fi
 CI="${CI:-}" exec .venv/bin/python -m pytest "$@"

@@ -7,13 +7,17 @@ import signal
 import sqlite3
 import time
 
+import pymysql
 import pytest
 
 DISTRIBUTED = {"MAX_IDLE_TIME_BEFORE_CLOSE": "3"}
 
 
 def stored_urls_mysql(mysql_query) -> list[str]:
-    return [row[0] for row in mysql_query("SELECT url FROM pages")]
+    try:
+        return [row[0] for row in mysql_query("SELECT url FROM pages")]
+    except pymysql.err.ProgrammingError:  # the workers have not created the table yet
+        return []
 
 
 def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, start_worker, tmp_path):
@@ -24,6 +28,7 @@ def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, s
     assert len(urls) == len(set(urls))
     assert set(urls) == expected_pages
     assert "Storing items in SQLite" in worker.output
+    assert "Warning" not in worker.output and "Traceback" not in worker.output
 
 
 def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
@@ -39,6 +44,8 @@ def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, re
     assert set(urls) == expected_pages
     shares = [w.stat("item_scraped_count") for w in workers]
     assert all(shares) and sum(shares) == len(expected_pages), shares
+    for w in workers:
+        assert "Warning" not in w.output and "Traceback" not in w.output
     # nothing is left in flight, and the last worker cleared the crawl (SCHEDULER_PERSIST=False)
     assert not list(redis_client.scan_iter(match="site:leases:*"))
     assert not redis_client.exists("site:dupefilter", "site:requests")
@@ -109,7 +116,7 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
 @pytest.mark.parametrize("persist", ["True", "False"])
 def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    slow = {**DISTRIBUTED, "SCHEDULER_PERSIST": persist, "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.05"}
+    slow = {**DISTRIBUTED, "SCHEDULER_PERSIST": persist, "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}
     first, second = start_worker(settings=slow, env=env), start_worker(settings=slow, env=env)
     first.wait_for("Joined the crawl")
     second.wait_for("Joined the crawl")
@@ -158,3 +165,21 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
     assert worker.wait(60) == 2
     assert "REDIS_URL redis://:***@" in worker.output and "authentication failed" in worker.output.lower()
     assert "s3cretpw" not in worker.output and "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize(
+    ("settings", "name"),
+    [
+        ({"FRONTIER_PREFETCH": "-1"}, "FRONTIER_PREFETCH"),
+        ({"FRONTIER_NODE_TIMEOUT": "1", "FRONTIER_HEARTBEAT_INTERVAL": "5"}, "FRONTIER_NODE_TIMEOUT"),
+        ({"STORAGE_BATCH_SIZE": "abc"}, "STORAGE_BATCH_SIZE"),
+        ({"REDIS_CACHE_TTL": "-5"}, "REDIS_CACHE_TTL"),
+        ({"RETRY_BACKOFF_BASE": "soon"}, "RETRY_BACKOFF_BASE"),
+    ],
+)
+def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):
+    worker = start_worker(settings=settings, env={"REDIS_URL": redis_url}, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and f"Setting {name}=" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output

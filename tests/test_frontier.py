@@ -1,11 +1,14 @@
 """The frontier's Lua scripts against the real Redis."""
 
 import asyncio
+import time
 
 import pytest
+import redis
 import redis.asyncio
 
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
+from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.keys import Keys
 from scrapy.settings import Settings
 
@@ -88,25 +91,46 @@ def test_release_returns_leases_and_start_urls(redis_url):
 
 
 def test_reclaim_takes_back_only_dead_nodes_leases(redis_url):
+    sync = redis.Redis.from_url(redis_url)
+    dropped = []
+    dead_hb = Heartbeat(sync, KEYS, "dead", interval=0.1, timeout=60, on_dropped=lambda: dropped.append(1))
+    live_hb = Heartbeat(sync, KEYS, "live", interval=0.1, timeout=60)
+
     async def go(f_dead, r):
         f_live = Frontier(r, KEYS, "live")
         await f_dead.push([entry("a"), entry("b")])
-        await f_dead.beat({"pid": 1}, ttl=10)
+        dead_hb.beat()
         await f_dead.lease(1)
-        await f_live.beat({"pid": 2}, ttl=10)
+        live_hb.beat()
         await f_live.lease(1)
-        assert await f_live.reclaim(node_timeout=60) == (0, 0)
+        assert live_hb.reclaim() == (0, 0)
         await asyncio.sleep(0.3)
-        await f_live.beat({"pid": 2}, ttl=10)
-        restored, nodes = await f_live.reclaim(node_timeout=0.2)
-        assert (restored, nodes) == (1, 1)
+        live_hb.beat()
+        live_hb.timeout = 0.2
+        assert live_hb.reclaim() == (1, 1)
         assert await r.zrange(KEYS.nodes, 0, -1) == [b"live"]
-        assert not await f_dead.beat({"pid": 1}, ttl=10)  # the dead node learns it was dropped
+        assert not dead_hb.beat()  # the dead node learns it was dropped
         return await r.hlen(f_live.lease_key), await f_live.status(deep=True)
 
     held, status = run(with_frontier(redis_url, go, node="dead"))
+    assert dropped == [1]
     assert held == 1
     assert (status.depth, status.inflight, status.seen) == (1, 1, 2)
+    sync.close()
+
+
+def test_heartbeat_thread_keeps_beating_while_the_loop_is_busy(redis_url):
+    sync = redis.Redis.from_url(redis_url)
+    hb = Heartbeat(sync, KEYS, "busy", interval=0.1, timeout=1)
+    hb.beat()
+    hb.start()
+    try:
+        first = sync.zscore(KEYS.nodes, "busy")
+        time.sleep(0.5)  # the calling thread is blocked, as a reactor busy in a callback
+        assert sync.zscore(KEYS.nodes, "busy") > first
+    finally:
+        hb.stop()
+        sync.close()
 
 
 def test_start_urls_as_set(redis_url):
@@ -123,3 +147,14 @@ def test_start_urls_as_set(redis_url):
 def test_slot_of_keeps_the_dead_letter_key_free():
     assert slot_of("Example.COM") == "example.com"
     assert slot_of("failed") == "failed."
+
+
+def test_unlease_returns_only_the_given_requests(redis_url):
+    async def go(f, r):
+        await f.push([entry("a"), entry("b")])
+        taken = await f.lease(5)
+        assert await f.unlease([taken[0], b"not-a-lease"]) == 1
+        return await r.hkeys(f.lease_key), await f.lease(5)
+
+    held, again = run(with_frontier(redis_url, go))
+    assert len(held) == 1 and len(again) == 1 and held[0] != again[0]

@@ -12,7 +12,8 @@ Layout (names from :class:`crawler.distributed.keys.Keys`):
   payload -> ``score<TAB>host`` (host empty for a raw start-URL entry, field ``start:<raw>``).
   Nothing leaves Redis when a worker takes it; it moves here, atomically.
 - ``<spider>:nodes`` - sorted set of node ids, score = last heartbeat (Unix ms), and
-  ``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL.
+  ``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL. Heartbeats and the
+  reclaim of dead nodes' leases are in :mod:`crawler.distributed.heartbeat`.
 
 Every method is one round trip (one Lua script or one pipeline), whatever the batch size.
 The class needs only a ``redis.asyncio`` client: no crawler, so it is tested on its own.
@@ -131,6 +132,24 @@ end
 return {restored, #nodes}
 """
 
+_UNLEASE = """
+-- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, payloads...
+-- Give back some of this node's leases (requests it took but will not start).
+local n = 0
+for i = 3, #ARGV do
+  local val = redis.call('HGET', KEYS[2], ARGV[i])
+  if val then
+    local tab = string.find(val, '\\t', 1, true)
+    local host = string.sub(val, tab + 1)
+    redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
+    redis.call('ZADD', KEYS[1], 'NX', ARGV[2], host)
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"""
+
 _TAKE_START = """
 -- KEYS: start_urls, lease hash.  ARGV: n, as set (1/0)
 local got
@@ -210,6 +229,7 @@ class Frontier:
         self._lease = redis.register_script(_LEASE)
         self._restore = redis.register_script(_RESTORE)
         self._take_start = redis.register_script(_TAKE_START)
+        self._unlease = redis.register_script(_UNLEASE)
         self._status = redis.register_script(_STATUS)
 
     async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
@@ -229,6 +249,12 @@ class Frontier:
         """Take up to ``n`` requests from the hosts that are due, moving them under this node's lease."""
         return await self._lease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), n])
 
+    async def unlease(self, payloads: Sequence[bytes]) -> int:
+        """Return these leased requests of this node to the frontier (they were not started)."""
+        if not payloads:
+            return 0
+        return int(await self._unlease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), *payloads]))
+
     async def take_start_urls(self, n: int) -> list[bytes]:
         """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.
         Acknowledge each with ``START_PREFIX + raw`` once its request is queued or refused."""
@@ -241,26 +267,6 @@ class Frontier:
             args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "node", self.node_id],
         )
         return int(restored)
-
-    async def reclaim(self, node_timeout: float) -> tuple[int, int]:
-        """Return the leases of every node whose last heartbeat is older than ``node_timeout``
-        seconds to the frontier, and drop those nodes from the registry. Returns (leases, nodes)."""
-        restored, nodes = await self._restore(
-            keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls],
-            args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(node_timeout * 1000)],
-        )
-        return int(restored), int(nodes)
-
-    async def beat(self, info: dict[str, str | int | float], ttl: float) -> bool:
-        """Record a heartbeat; returns False when this node had been dropped from the registry
-        (its leases were reclaimed by another node)."""
-        info_key = self.keys.node_info(self.node_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zadd(self.keys.nodes, {self.node_id: now_ms()})
-            pipe.hset(info_key, mapping=info)
-            pipe.pexpire(info_key, int(ttl * 1000))
-            added, *_ = await pipe.execute()
-        return not added
 
     async def leave(self) -> None:
         """Remove this node from the registry (after :meth:`release`)."""

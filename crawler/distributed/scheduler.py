@@ -4,8 +4,8 @@ shared :class:`~crawler.distributed.frontier.Frontier`.
 The engine calls :meth:`enqueue_request` and :meth:`next_request` synchronously, so neither
 touches Redis: requests to queue, leases to acknowledge and dead letters collect in local
 buffers, and one background task (on the reactor's asyncio loop) flushes them in one Lua call,
-takes the next batch of requests under lease, feeds start URLs, beats the heartbeat and
-reclaims the leases of dead nodes. A lease is acknowledged when Scrapy has finished with its
+takes the next batch of requests under lease and feeds start URLs. The heartbeat, and the
+reclaim of dead nodes' leases, run on a thread of their own (:mod:`crawler.distributed.heartbeat`). A lease is acknowledged when Scrapy has finished with its
 response: the callback ran, its requests were handed to this scheduler (and are flushed in the
 same call, before the acknowledgement) and its items went through every pipeline (the storage
 pipeline returns only once they are committed).
@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
-from scrapy.exceptions import DontCloseSpider, IgnoreRequest, NotConfigured
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.python.failure import Failure
 
-from crawler.distributed.connection import ConfigError, describe_error, redact_url, shared_redis
+from crawler.distributed.connection import ConfigError, describe_error, redact_url, shared_redis, sync_redis
+from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
 from crawler.distributed.keys import Keys
-from crawler.startup import fail_at_open
+from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
 
 if TYPE_CHECKING:
@@ -74,20 +75,15 @@ class FrontierScheduler(BaseScheduler):
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.prefetch = settings.getint("FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS")
-        self.heartbeat_interval = settings.getfloat("FRONTIER_HEARTBEAT_INTERVAL", 5.0)
-        self.node_timeout = settings.getfloat("FRONTIER_NODE_TIMEOUT", 6 * self.heartbeat_interval)
-        self.poll_max = settings.getfloat("FRONTIER_POLL_MAX", 1.0)
-        self.idle_close = settings.getfloat("MAX_IDLE_TIME_BEFORE_CLOSE", 0)
-        self.persist = settings.getbool("SCHEDULER_PERSIST", False)
-        self.start_batch = settings.getint("REDIS_START_URLS_BATCH_SIZE", 100)
-        self.start_max_bytes = settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
-        self.start_as_set = settings.getbool("REDIS_START_URLS_AS_SET", False)
-        for name, value in (("FRONTIER_HEARTBEAT_INTERVAL", self.heartbeat_interval), ("FRONTIER_POLL_MAX", self.poll_max), ("REDIS_START_URLS_BATCH_SIZE", self.start_batch), ("FRONTIER_PREFETCH", self.prefetch)):
-            if value <= 0:
-                raise NotConfigured(f"{name} must be positive, got {value!r}")
-        if self.node_timeout < 2 * self.heartbeat_interval:
-            raise NotConfigured(f"FRONTIER_NODE_TIMEOUT ({self.node_timeout}s) must be at least twice FRONTIER_HEARTBEAT_INTERVAL ({self.heartbeat_interval}s)")
+        self.prefetch = read_setting(crawler, "FRONTIER_PREFETCH", int, 0, minimum=0) or settings.getint("CONCURRENT_REQUESTS")
+        self.heartbeat_interval = read_setting(crawler, "FRONTIER_HEARTBEAT_INTERVAL", float, 5.0, above=0)
+        self.node_timeout = read_setting(crawler, "FRONTIER_NODE_TIMEOUT", float, 6 * self.heartbeat_interval, minimum=2 * self.heartbeat_interval)
+        self.poll_max = read_setting(crawler, "FRONTIER_POLL_MAX", float, 1.0, above=0)
+        self.idle_close = read_setting(crawler, "MAX_IDLE_TIME_BEFORE_CLOSE", float, 0.0, minimum=0)
+        self.persist = read_setting(crawler, "SCHEDULER_PERSIST", bool, False)
+        self.start_batch = read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE", int, 100, minimum=1)
+        self.start_max_bytes = read_setting(crawler, "REDIS_START_URLS_MAX_BYTES", int, 65536, minimum=1)
+        self.start_as_set = read_setting(crawler, "REDIS_START_URLS_AS_SET", bool, False)
         self.node_id = node_id()
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -97,14 +93,13 @@ class FrontierScheduler(BaseScheduler):
         self._to_ack: list[bytes] = []
         self._to_fail: list[str] = []
         self._wakeup = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._poll_delay = 0.0
         self._next_poll = 0.0
         self._idle_since: float | None = None
         self._outage_since: float | None = None
         self._started = time.time()
-        self._joined = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -134,13 +129,30 @@ class FrontierScheduler(BaseScheduler):
             return
         self.redis = client
         self.frontier = Frontier(client, self.keys, self.node_id, start_urls_as_set=self.start_as_set)
-        await self._beat()
+        self._loop = asyncio.get_running_loop()
+        self.heartbeat = Heartbeat(
+            sync_redis(settings),
+            self.keys,
+            self.node_id,
+            interval=self.heartbeat_interval,
+            timeout=self.node_timeout,
+            start_urls_as_set=self.start_as_set,
+            info=self._node_info,
+            on_dropped=self._dropped,
+            on_reclaimed=self._reclaimed,
+        )
+        try:
+            await asyncio.to_thread(self.heartbeat.beat)
+            await asyncio.to_thread(self.heartbeat.reclaim)
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+            fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            return
+        self.heartbeat.start()
         logger.info("Joined the crawl %r on %s as node %s", spider.name, redact_url(url), self.node_id)
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
         self._hook_scraper()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._run()), loop.create_task(self._heartbeat())]
+        self._task = self._loop.create_task(self._run())
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
@@ -254,24 +266,13 @@ class FrontierScheduler(BaseScheduler):
             return 1.0
         return max(0.0, min(self._next_poll - time.monotonic(), 1.0))
 
-    async def _heartbeat(self) -> None:
-        """Beat and reclaim dead nodes' leases every FRONTIER_HEARTBEAT_INTERVAL seconds, on a
-        timer of its own so that a busy flush never delays it."""
-        while not self._stopping:
-            try:
-                await self._beat()
-                restored, nodes = await self.frontier.reclaim(self.node_timeout)
-                if restored or nodes:
-                    self.stats.inc_value("frontier/reclaimed", restored)
-                    logger.warning("Reclaimed %d leases from %d dead node(s)", restored, nodes)
-            except _REDIS_ERRORS as exc:
-                self._outage(exc)
-            except Exception:
-                logger.exception("Heartbeat error (the worker keeps running)")
-            await asyncio.sleep(self.heartbeat_interval)
-
     async def _step(self) -> None:
         await self._flush()
+        if not self.crawler.engine.running:
+            # The engine is stopping (SIGINT/SIGTERM): give back at once what was not started,
+            # rather than once the requests in flight are done.
+            await self._give_back_unstarted()
+            return
         if len(self._local) <= self.prefetch // 2 and time.monotonic() >= self._next_poll:
             got = await self._refill()
             if got:
@@ -285,6 +286,17 @@ class FrontierScheduler(BaseScheduler):
             logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
             self.stats.set_value("frontier/redis_errors", 0)
+
+    async def _give_back_unstarted(self) -> None:
+        if not self._local:
+            return
+        payloads = [request.meta[LEASE_META] for request in self._local]
+        returned = await self.frontier.unlease(payloads)
+        for payload in payloads:
+            self._leases.pop(payload, None)
+        self._local.clear()
+        self.stats.inc_value("frontier/released", returned)
+        logger.info("Stopping: returned %d requests not yet started to the frontier", returned)
 
     def _outage(self, exc: BaseException) -> None:
         self.stats.inc_value("frontier/redis_errors")
@@ -374,8 +386,8 @@ class FrontierScheduler(BaseScheduler):
         except _REDIS_ERRORS as exc:
             logger.error("Could not keep a refused start URL in %s (%s): %s", self.keys.start_urls_invalid, describe_error(exc), record[:500])
 
-    async def _beat(self) -> None:
-        info = {
+    def _node_info(self) -> dict[str, Any]:
+        return {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "started": int(self._started),
@@ -383,15 +395,22 @@ class FrontierScheduler(BaseScheduler):
             "items": self.stats.get_value("item_scraped_count", 0),
             "leases": len(self._leases),
         }
-        known = await self.frontier.beat(info, ttl=self.node_timeout)
-        if not known and self._joined:
-            # Its leases went back to the frontier: drop what it had not started yet.
-            for request in self._local:
-                self._leases.pop(request.meta[LEASE_META], None)
-            self._local.clear()
-            logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)")
-            self.stats.inc_value("frontier/rejoined")
-        self._joined = True
+
+    def _dropped(self) -> None:
+        # Called on the heartbeat thread: this node had been declared dead and its leases went
+        # back to the frontier. Drop, on the reactor thread, what it had not started yet.
+        self._loop.call_soon_threadsafe(self._forget_unstarted)
+
+    def _forget_unstarted(self) -> None:
+        for request in self._local:
+            self._leases.pop(request.meta[LEASE_META], None)
+        self._local.clear()
+        self.stats.inc_value("frontier/rejoined")
+        logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)")
+
+    def _reclaimed(self, leases: int, nodes: int) -> None:
+        self._loop.call_soon_threadsafe(self.stats.inc_value, "frontier/reclaimed", leases)
+        logger.warning("Reclaimed %d leases from %d dead node(s)", leases, nodes)
 
     async def _check_idle(self) -> None:
         if self._local or self._leases or self._to_push or self._to_ack or self.idle_close <= 0:
@@ -420,9 +439,10 @@ class FrontierScheduler(BaseScheduler):
     async def _close(self, reason: str) -> None:
         self._stopping = True
         self._wakeup.set()
-        run, heartbeat = self._tasks
-        heartbeat.cancel()
-        await asyncio.gather(run, heartbeat, return_exceptions=True)
+        if self._task is not None:
+            await self._task
+        await asyncio.to_thread(self.heartbeat.stop)
+        self.heartbeat.client.close()
         deadline = time.monotonic() + 30
         while True:
             try:

@@ -19,6 +19,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.utils.response import response_status_message
 
 from crawler.distributed.scheduler import FAILED_META
+from crawler.startup import read_setting
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -64,10 +65,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler.settings)
         self.crawler = crawler
-        settings = crawler.settings
-        self.base = settings.getfloat("RETRY_BACKOFF_BASE", 1.0)
-        self.cap = settings.getfloat("RETRY_BACKOFF_MAX", 60.0)
-        self.retry_after_max = settings.getfloat("RETRY_AFTER_MAX", 300.0)
+        self.base = read_setting(crawler, "RETRY_BACKOFF_BASE", float, 1.0, minimum=0)
+        self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX", float, 60.0, minimum=0)
+        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, 300.0, minimum=0)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:

@@ -13,6 +13,7 @@ from scrapy.exceptions import NotConfigured
 from crawler.distributed.connection import describe_error, optional_shared_redis
 from crawler.distributed.keys import Keys
 from crawler.schema import schema_of
+from crawler.startup import read_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -53,12 +54,11 @@ class RedisCachePipeline:
             raise NotConfigured("REDIS_CACHE_ENABLED is off")
         if not settings.get("REDIS_URL"):
             raise NotConfigured("no REDIS_URL: the Redis cache is off in embedded mode")
-        self.ttl = settings.getint("REDIS_CACHE_TTL", 7 * 24 * 3600)
-        if self.ttl < 0:
-            raise NotConfigured(f"REDIS_CACHE_TTL must be >= 0 seconds, got {self.ttl}")
-        self.push_list = settings.getbool("REDIS_ITEMS_LIST", False)
+        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, 7 * 24 * 3600, minimum=0)
+        self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
         self.crawler = crawler
         self.stats = crawler.stats
+        self._failing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
@@ -81,8 +81,13 @@ class RedisCachePipeline:
             old = await self._put(keys=[key, self.keys.items], args=[content_hash, data, self.ttl, "1" if self.push_list else "0"])
         except Exception as exc:
             self.stats.inc_value("cache/errors")
-            logger.warning("Redis cache write failed for %s (%s); the item goes on to storage", key, describe_error(exc))
+            if not self._failing:
+                self._failing = True
+                logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
             return item
+        if self._failing:
+            self._failing = False
+            logger.warning("Redis cache writes work again")
         self.stats.inc_value("cache/written")
         if content_hash and old is not None and old.decode() == content_hash:
             self.stats.inc_value("cache/unchanged")

@@ -23,7 +23,7 @@ from scrapy.exceptions import DropItem, NotConfigured
 import crawler.items
 from crawler.deadletter import DeadLetters, item_record
 from crawler.distributed.connection import ConfigError, optional_shared_redis, redact_url
-from crawler.startup import fail_at_open
+from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.keys import Keys
 from crawler.pipelines.cache import item_unchanged
 from crawler.schema import iter_item_classes, schema_of, to_row
@@ -42,12 +42,9 @@ class StoragePipeline:
         settings = crawler.settings
         if not settings.getbool("STORAGE_ENABLED", True):
             raise NotConfigured("STORAGE_ENABLED is off")
-        self.batch_size = settings.getint("STORAGE_BATCH_SIZE", 200)
-        self.flush_interval = settings.getfloat("STORAGE_FLUSH_INTERVAL", 0.5)
-        self.retry_timeout = settings.getfloat("STORAGE_RETRY_TIMEOUT", 60.0)
-        for name, value in (("STORAGE_BATCH_SIZE", self.batch_size), ("STORAGE_FLUSH_INTERVAL", self.flush_interval), ("STORAGE_RETRY_TIMEOUT", self.retry_timeout)):
-            if value <= 0:
-                raise NotConfigured(f"{name} must be positive, got {value!r}")
+        self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, 200, minimum=1)
+        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.5, above=0)
+        self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, 60.0, minimum=0)
         self.mysql_url = settings.get("MYSQL_URL")
         self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
         self.crawler = crawler
