@@ -226,3 +226,68 @@ def schema_sql() -> str:
 
 if __name__ == "__main__":
     print(schema_sql(), end="")
+
+
+_TAKE_PENDING = """
+-- KEYS: pending list, this node's replaying list.  ARGV: n.  Oldest first.
+local out = {}
+for _ = 1, tonumber(ARGV[1]) do
+  local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not v then break end
+  out[#out + 1] = v
+end
+return out
+"""
+
+
+def replay_pending(client: Any, keys: Any, node_id: str, backend: Any, batch_size: int = 500) -> tuple[int, int]:
+    """Write the items kept in ``<spider>:items:pending`` to the database, oldest first, in
+    batches, until the list is empty. Blocking: call it from a thread or a command.
+
+    Each batch is moved atomically to ``<spider>:items:pending:<node>`` while it is written (the
+    reclaim of a dead node puts it back). A record that cannot be rebuilt, or that the database
+    refuses, goes to ``<spider>:items:invalid``. Returns (written, refused); raises
+    :class:`ConnectionLost` (the batch is back in the pending list) if the database is gone.
+    """
+    import json
+
+    from scrapy.utils.misc import load_object
+
+    from crawler.schema import ValidationError, schema_of, to_row, validate
+
+    take = client.register_script(_TAKE_PENDING)
+    replaying = keys.items_replaying(node_id)
+    written = refused = 0
+    while True:
+        raws = take(keys=[keys.items_pending, replaying], args=[batch_size])
+        if not raws:
+            return written, refused
+        by_schema: dict[Any, list[tuple[bytes, tuple[Any, ...]]]] = {}
+        bad = []
+        for raw in raws:
+            try:
+                record = json.loads(raw)
+                item = load_object(record["item_class"])(**record["item"])
+                schema = schema_of(item)
+                if schema is None:
+                    raise ValueError(f"{record['item_class']} has no schema")
+                validate(item)
+                by_schema.setdefault(schema, []).append((raw, to_row(item, schema)))
+            except (ValueError, KeyError, TypeError, ValidationError, NameError, AttributeError, ImportError) as exc:
+                bad.append(json.dumps({"reason": "unreplayable", "detail": str(exc)[:500], "record": raw.decode("utf-8", "replace")}))
+        try:
+            for schema, entries in by_schema.items():
+                backend.ensure_table(schema)
+                for index, error in backend.upsert(schema, [row for _, row in entries]):
+                    bad.append(json.dumps({"reason": "storage_refused", "detail": error, "record": entries[index][0].decode("utf-8", "replace")}))
+        except ConnectionLost:
+            while client.lmove(replaying, keys.items_pending, "LEFT", "RIGHT"):
+                pass
+            raise
+        with client.pipeline(transaction=True) as pipe:
+            if bad:
+                pipe.lpush(keys.items_invalid, *bad)
+            pipe.delete(replaying)
+            pipe.execute()
+        refused += len(bad)
+        written += len(raws) - len(bad)

@@ -143,6 +143,7 @@ def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, exp
         ({"REDIS_URL": "redis://:s3cretpw@127.0.0.1:1/0"}, "REDIS_URL"),
         ({"REDIS_URL": "redis://127.0.0.1:notaport/0"}, "REDIS_URL"),
         ({"REDIS_URL": "http://u:s3cretpw@x"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis://:s3cretpw@127.0.0.1:6379/abc"}, "REDIS_URL"),
         ({"MYSQL_URL": "mysql://root:s3cretpw@127.0.0.1:1/test"}, "MYSQL_URL"),
         ({"MYSQL_URL": "mysql://nobody:s3cretpw@127.0.0.1:3306/test"}, "MYSQL_URL"),
         ({"MYSQL_URL": "mysql://root:s3cretpw@127.0.0.1:xx/test"}, "MYSQL_URL"),
@@ -175,6 +176,9 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
         ({"STORAGE_BATCH_SIZE": "abc"}, "STORAGE_BATCH_SIZE"),
         ({"REDIS_CACHE_TTL": "-5"}, "REDIS_CACHE_TTL"),
         ({"RETRY_BACKOFF_BASE": "soon"}, "RETRY_BACKOFF_BASE"),
+        ({"VALIDATION_ENABLED": "maybe"}, "VALIDATION_ENABLED"),
+        ({"STORAGE_BATCH_SIZE": "0"}, "STORAGE_BATCH_SIZE"),
+        ({"MAX_IDLE_TIME_BEFORE_CLOSE": "-1"}, "MAX_IDLE_TIME_BEFORE_CLOSE"),
     ],
 )
 def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):
@@ -183,3 +187,29 @@ def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}=" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize("url", ["", "ftp://x", "notaurl", "http://ok.invalid/ \udcff"])
+def test_bad_url_argument_stops_with_exit_status_2(url, start_worker):
+    worker = start_worker(args=["-a", f"url={url}"])
+    assert worker.wait(60) == 2
+    assert "Refused -a url=" in worker.output and "Traceback" not in worker.output
+
+
+def test_cache_never_skips_an_item_the_database_did_not_get(docs_site, start_worker, redis_url, mysql_url, mysql_query):
+    """A crawl with storage off fills the cache; the next crawl must still store every page,
+    and only a third crawl, with the pages unchanged, skips the writes."""
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    small = {**DISTRIBUTED, "MAX_IDLE_TIME_BEFORE_CLOSE": "1", "DEPTH_LIMIT": "1"}
+    args = ["-a", f"url={docs_site.url}library/json.html"]
+    first = start_worker(settings={**small, "STORAGE_ENABLED": "False"}, env=env, args=args)
+    assert first.wait() == 0
+    cached = first.stat("cache/written")
+    assert cached > 5
+    second = start_worker(settings=small, env=env, args=args)
+    assert second.wait() == 0
+    assert second.stat("storage/skipped/unchanged") == 0
+    assert mysql_query("SELECT COUNT(*) FROM pages")[0][0] == cached
+    third = start_worker(settings=small, env=env, args=args)
+    assert third.wait() == 0
+    assert third.stat("storage/skipped/unchanged") == cached

@@ -1,1 +1,2 @@
-"""Project commands (COMMANDS_MODULE)."""
+"""Project commands (COMMANDS_MODULE): ``crawl`` (exit status 2 on a bad setting), ``requeue``
+(failed requests back to the frontier), ``replay`` (pending items to the database)."""

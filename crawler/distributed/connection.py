@@ -7,6 +7,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+from redis.maint_notifications import MaintNotificationsConfig
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -17,6 +18,9 @@ REDIS_PARAMS: dict[str, Any] = {
     "socket_connect_timeout": 10,
     "retry_on_timeout": True,
     "health_check_interval": 30,
+    # Redis Cloud maintenance push notifications: not used, and probing for them logs a DEBUG
+    # line per connection on a plain Redis.
+    "maint_notifications_config": MaintNotificationsConfig(enabled=False),
 }
 
 
@@ -44,7 +48,19 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     url = settings.get("REDIS_URL")
     if not url or not isinstance(url, str):
         raise ConfigError("REDIS_URL is not set")
-    params = {**REDIS_PARAMS, **settings.getdict("REDIS_PARAMS")}
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+    db = parts.path.strip("/")
+    if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
+        # redis-py would silently fall back to database 0, another crawl's perhaps.
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: the database {db!r} is not a number")
+    try:
+        extra = settings.getdict("REDIS_PARAMS")
+    except (TypeError, ValueError):
+        raise ConfigError(f"REDIS_PARAMS={settings.get('REDIS_PARAMS')!r:.100} is not a dict of redis.Redis arguments") from None
+    params = {**REDIS_PARAMS, **extra}
     params.pop("decode_responses", None)
     params.pop("url", None)
     return url, params
@@ -75,6 +91,20 @@ def describe_error(exc: BaseException) -> str:
 
 
 _shared: dict[int, redis.asyncio.Redis] = {}
+_node_ids: dict[int, str] = {}
+
+
+def node_id_of(crawler: Any) -> str:
+    """This process's node id in the crawl, ``<host>:<pid>:<random>``: one per crawler, readable
+    in ``redis-cli``, shared by the scheduler (leases) and the storage pipeline (replays)."""
+    key = id(crawler)
+    if key not in _node_ids:
+        import os
+        import socket
+        import uuid
+
+        _node_ids[key] = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return _node_ids[key]
 
 
 def shared_redis(crawler: Any) -> redis.asyncio.Redis:

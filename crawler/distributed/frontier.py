@@ -98,9 +98,10 @@ return out
 
 # Put every lease of the given nodes back where it came from, and forget the nodes.
 _RESTORE = """
--- KEYS: slots index, nodes zset, start_urls.
+-- KEYS: slots index, nodes zset, start_urls, pending items list.
 -- ARGV: queue prefix, lease prefix, now ms, start urls as set (1/0), mode, arg
 --   mode 'node': arg = node id;  mode 'dead': arg = deadline ms (nodes that beat before it)
+-- A node's items being replayed from the pending list (<pending>:<node>) go back there too.
 local prefix, lease_prefix, now, as_set = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local nodes
 if ARGV[5] == 'node' then nodes = {ARGV[6]} else
@@ -124,6 +125,8 @@ for _, node in ipairs(nodes) do
     restored = restored + 1
   end
   redis.call('DEL', h)
+  local replaying = KEYS[4] .. ':' .. node
+  while redis.call('LMOVE', replaying, KEYS[4], 'LEFT', 'RIGHT') do restored = restored + 1 end
   if ARGV[5] == 'dead' then
     redis.call('ZREM', KEYS[2], node)
     redis.call('DEL', KEYS[2] .. ':' .. node)
@@ -263,7 +266,7 @@ class Frontier:
     async def release(self) -> int:
         """Return every lease of this node to the frontier (used when the node stops). Returns the count."""
         restored, _ = await self._restore(
-            keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls],
+            keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls, self.keys.items_pending],
             args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "node", self.node_id],
         )
         return int(restored)

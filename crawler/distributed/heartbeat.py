@@ -80,7 +80,7 @@ class Heartbeat:
         drop those nodes from the registry. Returns (leases, nodes)."""
         k = self.keys
         restored, nodes = self._restore(
-            keys=[k.slots, k.nodes, k.start_urls],
+            keys=[k.slots, k.nodes, k.start_urls, k.items_pending],
             args=[k.queue_prefix, k.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(self.timeout * 1000)],
         )
         if restored or nodes:

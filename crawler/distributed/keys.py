@@ -76,6 +76,10 @@ class Keys:
         """Items that could not be written to MySQL yet, replayed when it is back."""
         return self.items + ":pending"
 
+    def items_replaying(self, node_id: str) -> str:
+        """Pending items a node is writing now; returned to the pending list if the node dies."""
+        return f"{self.items_pending}:{node_id}"
+
     @property
     def item_cache_prefix(self) -> str:
         """Write-through cache of the latest version of each item: prefix + sha1(unique key)."""

@@ -19,7 +19,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +32,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.python.failure import Failure
 
-from crawler.distributed.connection import ConfigError, describe_error, redact_url, shared_redis, sync_redis
+from crawler.distributed.connection import ConfigError, describe_error, node_id_of, redact_url, shared_redis, sync_redis
 from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
 from crawler.distributed.keys import Keys
@@ -63,11 +62,6 @@ class _Lease:
     redirect_times: int
 
 
-def node_id() -> str:
-    """``<host>:<pid>:<random>``: unique per process, readable in ``redis-cli``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
 class FrontierScheduler(BaseScheduler):
     """Scrapy scheduler backed by the shared Redis frontier (see README for its settings)."""
 
@@ -84,7 +78,7 @@ class FrontierScheduler(BaseScheduler):
         self.start_batch = read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE", int, 100, minimum=1)
         self.start_max_bytes = read_setting(crawler, "REDIS_START_URLS_MAX_BYTES", int, 65536, minimum=1)
         self.start_as_set = read_setting(crawler, "REDIS_START_URLS_AS_SET", bool, False)
-        self.node_id = node_id()
+        self.node_id = node_id_of(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self._local: deque[Request] = deque()
@@ -174,6 +168,7 @@ class FrontierScheduler(BaseScheduler):
             ):
                 del self._leases[parent]
                 self._to_ack.append(parent)
+                self.stats.inc_value("frontier/acked")
         try:
             payload = request_to_json(request, self.spider)
         except RequestRefused as exc:
@@ -220,6 +215,7 @@ class FrontierScheduler(BaseScheduler):
         if failed is not None:
             self._dead_letter(payload, request, failed)
         self._to_ack.append(payload)
+        self.stats.inc_value("frontier/acked")
         self._wakeup.set()
         return passthrough
 
@@ -322,7 +318,6 @@ class FrontierScheduler(BaseScheduler):
                 self.stats.inc_value("frontier/queued", added)
                 if added:
                     self._next_poll = 0.0
-            self.stats.inc_value("frontier/acked", len(acks))
 
     async def _refill(self) -> int:
         assert self.spider is not None
@@ -339,6 +334,7 @@ class FrontierScheduler(BaseScheduler):
                 logger.error("Unreadable request in the frontier, kept in %s: %s", self.keys.failed, exc)
                 self._to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": payload.decode("utf-8", "replace")}))
                 self._to_ack.append(payload)
+                self.stats.inc_value("frontier/acked")
                 self.stats.inc_value("frontier/failed/unreadable")
                 continue
             request.meta[LEASE_META] = payload

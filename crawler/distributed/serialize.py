@@ -23,6 +23,27 @@ if TYPE_CHECKING:
 PRIVATE_META_PREFIX = "_frontier"
 
 _ALLOWED_SCHEMES = ("http", "https")
+#: Types of the request meta keys Scrapy itself reads (Scrapy docs, "Request.meta special
+#: keys"): a payload that sets one to another type is refused rather than failing later.
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "depth": (int,),
+    "download_timeout": (int, float),
+    "download_maxsize": (int,),
+    "download_warnsize": (int,),
+    "max_retry_times": (int,),
+    "dont_retry": (bool,),
+    "dont_redirect": (bool,),
+    "dont_cache": (bool,),
+    "dont_merge_cookies": (bool,),
+    "dont_obey_robotstxt": (bool,),
+    "handle_httpstatus_all": (bool,),
+    "handle_httpstatus_list": (list,),
+    "download_slot": (str,),
+    "proxy": (str,),
+    "bindaddress": (str, list),
+    "cookiejar": (str, int),
+    "redirect_reasons": (list,),
+}
 _PAYLOAD_KEYS = frozenset({"url", "meta", "method", "headers", "body", "priority", "callback", "cb_kwargs", "dont_filter"})
 
 
@@ -97,9 +118,10 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_url", f"url must be a non-empty string, got {url!r:.100}")
     url = url.strip()
     try:
+        url.encode("utf-8")
         parts = urlsplit(url)
         host = parts.hostname
-    except ValueError as exc:
+    except (ValueError, UnicodeError) as exc:
         raise RequestRefused("bad_url", f"not a URL: {url!r:.200} ({exc})") from None
     if not parts.scheme:
         raise RequestRefused("bad_url", f"not an absolute URL: {url!r:.200}")
@@ -152,6 +174,10 @@ def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Req
     kwargs["callback"] = getattr(spider, callback)
     if "meta" in kwargs:
         kwargs["meta"] = {k: v for k, v in kwargs["meta"].items() if not k.startswith(PRIVATE_META_PREFIX)}
+        for key, value in kwargs["meta"].items():
+            types = _META_TYPES.get(key)
+            if types and (not isinstance(value, types) or (bool not in types and isinstance(value, bool))):
+                raise RequestRefused("bad_field", f"meta {key!r} must be {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
     try:
         return Request(**kwargs), unknown
     except (TypeError, ValueError) as exc:

@@ -20,16 +20,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Sent with ``item=`` when an item's content hash equals the cached one (storage skips it).
+#: Sent with ``item=`` when an item's content hash equals the one last stored (storage skips it).
 item_unchanged = object()
+#: Sent by the storage pipeline with ``items=`` once those items are committed to the database.
+items_stored = object()
 
 _PUT = """
 -- KEYS: cache key, items list.  ARGV: content hash, item json, ttl seconds, push to list (1/0)
-local old = redis.call('HGET', KEYS[1], 'content_hash')
+-- Returns the content hash last confirmed as stored in the database (field stored_hash).
+local stored = redis.call('HGET', KEYS[1], 'stored_hash')
 redis.call('HSET', KEYS[1], 'content_hash', ARGV[1], 'item', ARGV[2])
 if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
 if ARGV[4] == '1' then redis.call('RPUSH', KEYS[2], ARGV[2]) end
-return old
+return stored
 """
 
 
@@ -43,17 +46,19 @@ class RedisCachePipeline:
     ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL`` seconds; with
     ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's RedisPipeline).
 
-    When the item has a ``content_hash`` field equal to the cached one, the storage pipeline skips
-    the database write (stat ``cache/unchanged``). Needs ``REDIS_URL``; a Redis error never drops
-    the item (stat ``cache/errors``).
+    When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
+    committed (``stored_hash``, set on the ``items_stored`` signal, in one round trip per
+    batch), the database write is skipped (stat ``cache/unchanged``): an item is never skipped
+    because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a
+    Redis error never drops the item (stat ``cache/errors``).
     """
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("REDIS_CACHE_ENABLED", True):
+        if not read_setting(crawler, "REDIS_CACHE_ENABLED", bool, True):
             raise NotConfigured("REDIS_CACHE_ENABLED is off")
         if not settings.get("REDIS_URL"):
-            raise NotConfigured("no REDIS_URL: the Redis cache is off in embedded mode")
+            raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
         self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, 7 * 24 * 3600, minimum=0)
         self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
         self.crawler = crawler
@@ -68,15 +73,36 @@ class RedisCachePipeline:
         self.keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
         self.redis = optional_shared_redis(self.crawler)
         self._put = self.redis.register_script(_PUT) if self.redis is not None else None
+        self.crawler.signals.connect(self._on_stored, items_stored)
+
+    def _key(self, item: Any) -> tuple[str, str] | None:
+        schema = schema_of(item)
+        if schema is None:
+            return None
+        adapter = ItemAdapter(item)
+        return cache_key(self.keys.item_cache_prefix, adapter.get(schema.unique_key)), str(adapter.get("content_hash") or "")
+
+    async def _on_stored(self, items: list[Any]) -> None:
+        if self.redis is None:
+            return
+        marks = [key for key in map(self._key, items) if key is not None and key[1]]
+        if not marks:
+            return
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key, content_hash in marks:
+                    pipe.hset(key, "stored_hash", content_hash)
+                await pipe.execute()
+        except Exception as exc:
+            self.stats.inc_value("cache/errors")
+            logger.warning("Could not mark %d items as stored in the Redis cache (%s)", len(marks), describe_error(exc))
 
     async def process_item(self, item: Any) -> Any:
-        schema = schema_of(item)
-        if schema is None or self._put is None:
+        key_hash = self._key(item) if self._put is not None else None
+        if key_hash is None:
             return item
-        adapter = ItemAdapter(item)
-        content_hash = str(adapter.get("content_hash") or "")
-        data = json.dumps(adapter.asdict(), ensure_ascii=False, default=str)
-        key = cache_key(self.keys.item_cache_prefix, adapter.get(schema.unique_key))
+        key, content_hash = key_hash
+        data = json.dumps(ItemAdapter(item).asdict(), ensure_ascii=False, default=str)
         try:
             old = await self._put(keys=[key, self.keys.items], args=[content_hash, data, self.ttl, "1" if self.push_list else "0"])
         except Exception as exc:

@@ -18,16 +18,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from scrapy.exceptions import DropItem, NotConfigured
 
 import crawler.items
 from crawler.deadletter import DeadLetters, item_record
-from crawler.distributed.connection import ConfigError, optional_shared_redis, redact_url
+from crawler.distributed.connection import ConfigError, node_id_of, optional_shared_redis, redact_url, sync_redis
 from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.keys import Keys
-from crawler.pipelines.cache import item_unchanged
+from crawler.pipelines.cache import item_unchanged, items_stored
 from crawler.schema import iter_item_classes, schema_of, to_row
-from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend
+from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -36,11 +37,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between two looks at ``<spider>:items:pending`` while items flow.
+REPLAY_EVERY = 30.0
+
 
 class StoragePipeline:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("STORAGE_ENABLED", True):
+        if not read_setting(crawler, "STORAGE_ENABLED", bool, True):
             raise NotConfigured("STORAGE_ENABLED is off")
         self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, 200, minimum=1)
         self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.5, above=0)
@@ -55,6 +59,9 @@ class StoragePipeline:
         self._lock = asyncio.Lock()
         self._tables: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage")
+        self._sync_redis = None
+        self._replay_wanted = False
+        self._next_replay = 0.0
         crawler.signals.connect(self._on_unchanged, item_unchanged)
 
     @classmethod
@@ -84,6 +91,24 @@ class StoragePipeline:
             fail_at_open(self.crawler, "MYSQL_URL %s: cannot connect (%s)", redact_url(self.mysql_url), exc)
             return
         logger.info("Storing items in %s", self.backend.name)
+        self._sync_redis = sync_redis(self.crawler.settings) if redis is not None else None
+        await self._replay()
+
+    async def _replay(self) -> None:
+        """Write the items other batches left in ``<spider>:items:pending`` (see
+        :func:`crawler.storage.replay_pending`); runs on the storage thread."""
+        self._next_replay = time.monotonic() + REPLAY_EVERY
+        if self._sync_redis is None:
+            return
+        try:
+            written, refused = await self._in_thread(replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.batch_size)
+        except (ConnectionLost, RedisError, OSError) as exc:
+            logger.warning("Could not replay pending items yet (%s)", exc)
+            return
+        if written or refused:
+            self.stats.inc_value("storage/replayed", written)
+            self.stats.inc_value("storage/refused", refused)
+            logger.warning("Replayed %d pending items from %s (%d refused, kept in %s)", written, self.keys.items_pending, refused, self.keys.items_invalid)
 
     async def _ensure_table(self, schema: Schema) -> None:
         if schema.table not in self._tables:
@@ -123,6 +148,9 @@ class StoragePipeline:
             except Exception as exc:
                 logger.exception("Storage failed for a batch of %d items; keeping them in %s", len(batch), self.keys.items_pending)
                 await self._spill(batch, f"storage error: {exc}")
+            if self._replay_wanted or time.monotonic() > self._next_replay:
+                self._replay_wanted = False
+                await self._replay()
 
     async def _write(self, batch: list[tuple[Schema, Any, asyncio.Future[None]]]) -> None:
         by_table: dict[str, list[tuple[Schema, Any, asyncio.Future[None]]]] = {}
@@ -136,6 +164,8 @@ class StoragePipeline:
                 continue
             refused_at = dict(refused)
             bad = []
+            stored = [item for i, (_, item, _) in enumerate(entries) if i not in refused_at]
+            await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
             for i, (_, item, done) in enumerate(entries):
                 if i in refused_at:
                     reason = refused_at[i]
@@ -162,6 +192,7 @@ class StoragePipeline:
                 refused = await self._in_thread(self.backend.upsert, schema, rows)
                 if logged:
                     logger.warning("%s is back after %.1fs", self.backend.name, time.monotonic() - started)
+                    self._replay_wanted = True
                 return refused
             except ConnectionLost as exc:
                 self.stats.inc_value("storage/retries")
@@ -193,4 +224,6 @@ class StoragePipeline:
             await self._flush()
         if hasattr(self, "backend"):
             await self._in_thread(self.backend.close)
+        if self._sync_redis is not None:
+            self._sync_redis.close()
         self._executor.shutdown(wait=False)

@@ -12,6 +12,7 @@ from crawler.distributed.connection import optional_shared_redis
 from crawler.distributed.keys import Keys
 from crawler.logformatter import item_label
 from crawler.schema import SchemaError, ValidationError, validate
+from crawler.startup import read_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -29,7 +30,7 @@ class ValidationPipeline:
     """
 
     def __init__(self, crawler: Crawler) -> None:
-        if not crawler.settings.getbool("VALIDATION_ENABLED", True):
+        if not read_setting(crawler, "VALIDATION_ENABLED", bool, True):
             raise NotConfigured("VALIDATION_ENABLED is off")
         self.crawler = crawler
         self.stats = crawler.stats

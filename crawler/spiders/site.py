@@ -12,7 +12,10 @@ from scrapy.http import HtmlResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
+from scrapy.exceptions import CloseSpider
+
 from crawler.distributed.serialize import RequestRefused, check_url
+from crawler.startup import CONFIG_ERROR
 from crawler.items import Page
 
 if TYPE_CHECKING:
@@ -30,7 +33,8 @@ _TEXT_XPATH = (
 class SiteSpider(scrapy.Spider):
     """Crawl every page of the start URLs' hosts.
 
-    Start URLs come from ``-a url=URL`` (several separated by spaces), or, in distributed mode,
+    Start URLs come from ``-a url=URL`` (several separated by white space; a URL that is not
+    http(s) stops the crawl with ``config_error``), or, in distributed mode,
     from the Redis list ``site:start_urls``. Each start URL's host (and the host it redirects to)
     becomes the allowed domain of the requests that descend from it; ``DEPTH_LIMIT`` applies.
     """
@@ -39,18 +43,26 @@ class SiteSpider(scrapy.Spider):
 
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.start_urls = url.split() if url else []
+        self.start_urls = url.split() if url is not None else []
+        if url is not None and not self.start_urls:
+            self.start_urls = [url]  # -a url='' is refused in start(), not silently ignored
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
 
     async def start(self) -> AsyncIterator[Any]:
         if not self.start_urls and not self.settings.get("REDIS_URL"):
             self.logger.error("No start URL: run `scrapy crawl site -a url=https://host/` (or set REDIS_URL and push to %s:start_urls)", self.name)
+            raise CloseSpider(CONFIG_ERROR)
+        urls = []
         for url in self.start_urls:
             try:
-                yield scrapy.Request(check_url(url), callback=self.parse)
+                urls.append(check_url(url))
             except RequestRefused as exc:
-                self.logger.error("Refused start URL %r: %s", url, exc)
+                self.logger.error("Refused -a url=%r: %s", url, exc)
                 self.crawler.stats.inc_value(f"start_urls/refused/{exc.reason}")
+        if len(urls) < len(self.start_urls):
+            raise CloseSpider(CONFIG_ERROR)  # a mistyped command line: stop, exit status 2
+        for url in urls:
+            yield scrapy.Request(url, callback=self.parse)
 
     def parse(self, response: Any) -> Iterator[Any]:
         hosts = self._hosts(response)

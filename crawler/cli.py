@@ -1,0 +1,63 @@
+"""The base of the project's Redis commands: the spider argument, ``--json`` output, a Redis
+client from the project settings, and errors as one line on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from crawler.distributed.connection import ConfigError, describe_error, redact_url, sync_redis
+from crawler.distributed.keys import Keys
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class RedisCommand(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[options] <spider>"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name")
+        assert self.settings is not None
+        try:
+            client = sync_redis(self.settings)
+            client.ping()
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except redis.exceptions.RedisError as exc:
+            return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+        try:
+            result = self.execute(client, Keys.from_settings(self.settings, args[0]), opts)
+        except redis.exceptions.RedisError as exc:
+            return self._fail(f"Redis error: {describe_error(exc)}")
+        finally:
+            client.close()
+        if opts.json:
+            print(json.dumps(result, ensure_ascii=False))
+        else:
+            print(self.describe(result))
+
+    def _fail(self, message: str) -> None:
+        print(f"error: {message}", file=sys.stderr)
+        self.exitcode = 2
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def describe(self, result: dict[str, Any]) -> str:
+        raise NotImplementedError

@@ -1,0 +1,42 @@
+"""``scrapy replay <spider>``: write the items kept in ``<spider>:items:pending`` to the database."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from crawler.cli import RedisCommand
+from crawler.distributed.connection import ConfigError
+from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from crawler.distributed.keys import Keys
+
+
+class Command(RedisCommand):
+    def short_desc(self) -> str:
+        return "Write the items waiting in <spider>:items:pending to MySQL (or SQLite)"
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+        assert self.settings is not None
+        url = self.settings.get("MYSQL_URL")
+        backend = MySQLBackend(url) if url else SQLiteBackend(self.settings.get("SQLITE_PATH", "crawl.sqlite3"))
+        node = f"replay:{os.getpid()}"
+        try:
+            backend.connect()
+            written, refused = replay_pending(client, keys, node, backend)
+        except (ConfigError, ConnectionLost) as exc:
+            self._fail(str(exc))
+            return {"error": str(exc)}
+        finally:
+            backend.close()
+        return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
+
+    def describe(self, result: dict[str, Any]) -> str:
+        if "error" in result:
+            return "nothing replayed"
+        return f"wrote {result['written']} items; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"
