@@ -63,13 +63,14 @@ def wait_port(host: str, port: int, timeout: float = 10) -> None:
 class HttpServer:
     """``python -m http.server`` (threaded) serving a directory on a 127.0.0.x address."""
 
-    def __init__(self, directory: Path, host: str = "127.0.0.2") -> None:
+    def __init__(self, directory: Path, host: str = "127.0.0.2", log: Path | None = None) -> None:
         self.host = host
         self.port = free_port(host)
+        self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "http.server", str(self.port), "--bind", host, "--directory", str(directory)],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=log.open("wb") if log else subprocess.DEVNULL,
         )
         wait_port(host, self.port)
         self.url = f"http://{host}:{self.port}/"
@@ -77,6 +78,13 @@ class HttpServer:
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
+
+    def fetches(self) -> dict[str, int]:
+        """GET requests per path, from the access log (needs ``log``)."""
+        counts: dict[str, int] = {}
+        for match in re.finditer(r'"GET (\S+) HTTP', self.log.read_text(errors="replace")):
+            counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+        return counts
 
 
 @pytest.fixture(scope="session")
@@ -233,21 +241,90 @@ def start_worker(tmp_path):
         w.stop()
 
 
+class RedisServer:
+    """A private redis-server on a free port, for tests that stop or reconfigure a server."""
+
+    def __init__(self, directory: Path, **options: str) -> None:
+        self.port = free_port()
+        self.cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)]
+        for key, value in options.items():
+            self.cmd += [f"--{key}", value]
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port("127.0.0.1", self.port)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
 @pytest.fixture
 def throwaway_redis(tmp_path):
-    """Start a private redis-server (for tests that stop or reconfigure a server); returns its port."""
-    procs = []
+    """``start(**redis_server_options) -> RedisServer``; every server is stopped at the end."""
+    servers: list[RedisServer] = []
 
-    def start(**options: str) -> int:
-        port = free_port()
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp_path)]
-        for k, v in options.items():
-            cmd += [f"--{k}", v]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        wait_port("127.0.0.1", port)
-        return port
+    def start(**options: str) -> RedisServer:
+        directory = tmp_path / f"redis{len(servers)}"
+        directory.mkdir()
+        servers.append(RedisServer(directory, **options))
+        return servers[-1]
 
     yield start
-    for p in procs:
-        p.terminate()
-        p.wait(10)
+    for server in servers:
+        server.stop()
+
+
+class MariaDB:
+    """A throwaway mariadbd with its own datadir on a free port (no grant tables: any user)."""
+
+    def __init__(self, root: Path) -> None:
+        self.datadir = root / "data"
+        self.port = free_port()
+        self.log = root / "mariadbd.log"
+        subprocess.run(
+            ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.proc: subprocess.Popen | None = None
+        self.start()
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", autocommit=True)
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE crawl CHARACTER SET utf8mb4")
+        conn.close()
+        self.url = f"mysql://root@127.0.0.1:{self.port}/crawl"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
+             f"--socket={self.datadir}/mysqld.sock", "--user=root", "--skip-grant-tables", "--skip-log-bin"],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+        wait_port("127.0.0.1", self.port, timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def query(self, sql: str):
+        conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", database="crawl")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchall()
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def throwaway_mariadb(tmp_path):
+    db = MariaDB(tmp_path / "mariadb")
+    yield db
+    db.stop()

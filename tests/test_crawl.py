@@ -161,7 +161,7 @@ def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker,
 
 
 def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
-    url = f"redis://:s3cretpw@127.0.0.1:{throwaway_redis(requirepass='right-one')}/0"
+    url = f"redis://:s3cretpw@127.0.0.1:{throwaway_redis(requirepass='right-one').port}/0"
     worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env={"REDIS_URL": url}, args=["-a", "url=http://127.0.0.9:1/"])
     assert worker.wait(60) == 2
     assert "REDIS_URL redis://:***@" in worker.output and "authentication failed" in worker.output.lower()

@@ -1,0 +1,237 @@
+"""At-least-once under faults: killed workers, a restarted Redis, a stopped MySQL, SIGTERM, and
+URLs that fail for good. Real processes, real servers; each test prints its figures (run with
+``-s`` to see them): pages expected, stored, duplicates (rows; fetches beyond one per URL),
+leases left, pending items left."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, HttpServer, DOCS
+from tests.oracle import reachable_pages
+
+SLOW = {"MAX_IDLE_TIME_BEFORE_CLOSE": "4", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+
+
+@pytest.fixture
+def logged_site(tmp_path):
+    """The docs site on its own server, with an access log to count fetches."""
+    server = HttpServer(DOCS, "127.0.0.7", log=tmp_path / "access.log")
+    yield server
+    server.stop()
+
+
+def expected(site) -> set[str]:
+    return {site.url + p for p in reachable_pages(DOCS, "index.html")}
+
+
+def leases_left(client) -> int:
+    return sum(client.hlen(k) for k in client.scan_iter(match="site:leases:*"))
+
+
+def report(name: str, site, urls: list[str], client, pending: int = 0) -> dict:
+    fetches = site.fetches()
+    html = {p: n for p, n in fetches.items() if p.endswith(".html")}
+    figures = {
+        "scenario": name,
+        "pages_expected": len(expected(site)),
+        "pages_stored": len(set(urls)),
+        "duplicate_rows": len(urls) - len(set(urls)),
+        "extra_fetches": sum(n - 1 for n in html.values() if n > 1),
+        "leases_left": leases_left(client),
+        "pending_left": pending,
+    }
+    print("FIGURES", json.dumps(figures))
+    return figures
+
+
+def wait_stored(count_fn, at_least: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while count_fn() < at_least:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {at_least} pages stored after {timeout}s")
+        time.sleep(0.2)
+
+
+def count_or_zero(query) -> int:
+    try:
+        return query("SELECT COUNT(*) FROM pages")[0][0]
+    except Exception:
+        return 0
+
+
+def test_sigkill_every_five_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=SLOW, env=env) for _ in range(3)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    kills = 0
+    victim = workers[0]
+    while kills < 8 and any(w.proc.poll() is None for w in workers[1:]):
+        time.sleep(5)
+        if count_or_zero(mysql_query) >= len(expected(logged_site)):
+            break
+        victim.proc.kill()
+        victim.proc.wait()
+        kills += 1
+        victim = start_worker(settings=SLOW, env=env)
+        workers.append(victim)
+    for w in workers:
+        if w.proc.poll() is None:
+            assert w.wait(180) == 0, w.output[-3000:]
+    urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
+    figures = report("sigkill", logged_site, urls, redis_client)
+    assert kills >= 2
+    assert set(urls) == expected(logged_site)
+    assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
+    assert any("Reclaimed" in w.output for w in workers)
+
+
+def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mysql_url, mysql_query):
+    import redis
+
+    server = throwaway_redis(appendonly="yes", appendfsync="always")
+    url = f"redis://127.0.0.1:{server.port}/0"
+    client = redis.Redis.from_url(url)
+    env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    wait_stored(lambda: count_or_zero(mysql_query), 100)
+    server.stop()
+    time.sleep(3)
+    server.start()
+    client = redis.Redis.from_url(url)
+    for w in workers:
+        assert w.wait(180) == 0, w.output[-3000:]
+    urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
+    figures = report("redis_restart", logged_site, urls, client)
+    assert set(urls) == expected(logged_site)
+    assert figures["leases_left"] == 0
+    outage = [w for w in workers if "Redis unreachable" in w.output]
+    assert outage and all("Redis is reachable again" in w.output for w in outage)
+    # one line when the outage starts, one when it ends: not one per call
+    assert all(w.output.count("Redis unreachable") <= 2 for w in workers)
+    client.close()
+
+
+def test_mysql_stopped_for_20_seconds(logged_site, start_worker, redis_url, redis_client, throwaway_mariadb):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": throwaway_mariadb.url}
+    settings = {**SLOW, "STORAGE_RETRY_TIMEOUT": "5"}
+    workers = [start_worker(settings=settings, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    wait_stored(lambda: count_or_zero(throwaway_mariadb.query), 60)
+    throwaway_mariadb.stop()
+    time.sleep(20)
+    throwaway_mariadb.start()
+    for w in workers:
+        assert w.wait(240) == 0, w.output[-3000:]
+    urls = [r[0] for r in throwaway_mariadb.query("SELECT url FROM pages")]
+    pending = redis_client.llen("site:items:pending")
+    figures = report("mysql_stopped_20s", logged_site, urls, redis_client, pending)
+    assert set(urls) == expected(logged_site)
+    assert figures["duplicate_rows"] == 0 and pending == 0 and figures["leases_left"] == 0
+    spilled = sum(w.stat("storage/pending") for w in workers)
+    replayed = sum(w.stat("storage/replayed") for w in workers)
+    print("FIGURES", json.dumps({"spilled_to_pending": spilled, "replayed": replayed}))
+    assert spilled > 0 and replayed == spilled
+
+
+def test_mysql_connections_killed_twice(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query, mysql_server):
+    conn, name = mysql_server
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    for threshold in (80, 250):
+        wait_stored(lambda: count_or_zero(mysql_query), threshold)
+        with conn.cursor() as cur:
+            cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()", (name,))
+            for (conn_id,) in cur.fetchall():
+                cur.execute(f"KILL {conn_id}")
+    for w in workers:
+        assert w.wait(180) == 0, w.output[-3000:]
+    urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
+    figures = report("mysql_killed_twice", logged_site, urls, redis_client, redis_client.llen("site:items:pending"))
+    assert set(urls) == expected(logged_site)
+    assert figures["pending_left"] == 0 and figures["leases_left"] == 0
+
+
+def test_sigterm_returns_leases_at_once(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    # The first worker takes 100 requests at a time and fetches one per second: it holds many
+    # leases it has not started. The node timeout is a minute, so only a hand-back can free them.
+    holder = start_worker(
+        settings={**SLOW, "FRONTIER_PREFETCH": "100", "DOWNLOAD_DELAY": "1", "CONCURRENT_REQUESTS": "1", "FRONTIER_NODE_TIMEOUT": "60"},
+        env=env,
+    )
+    holder.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    deadline = time.monotonic() + 60
+    while leases_left(redis_client) < 50 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    held = leases_left(redis_client)
+    assert held >= 50
+    other = start_worker(settings={**SLOW, "FRONTIER_NODE_TIMEOUT": "60"}, env=env)
+    other.wait_for("Joined the crawl")
+    stopped_at = time.monotonic()
+    holder.signal(signal.SIGTERM)
+    while leases_left(redis_client) and time.monotonic() - stopped_at < 30 and holder.proc.poll() is None:
+        time.sleep(0.1)
+    handed_back = time.monotonic() - stopped_at
+    assert holder.wait(30) == 0
+    assert "requests not yet started to the frontier" in holder.output
+    assert other.wait(180) == 0, other.output[-3000:]
+    urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
+    figures = report("sigterm", logged_site, urls, redis_client)
+    print("FIGURES", json.dumps({"leases_held_at_sigterm": held, "seconds_to_hand_back": round(handed_back, 2)}))
+    assert handed_back < 5
+    assert set(urls) == expected(logged_site) and figures["leases_left"] == 0
+
+
+def test_failed_url_is_dead_lettered_then_requeued(flaky_site, start_worker, redis_url, redis_client, tmp_path):
+    base, log = flaky_site
+    out = tmp_path / "items.jl"
+    settings = {"SPIDER_MODULES": "tests.spiders", "MAX_IDLE_TIME_BEFORE_CLOSE": "2", "RETRY_TIMES": "2", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})}
+    worker = start_worker("probe", settings=settings, env={"REDIS_URL": redis_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("probe:start_urls", f"{base}/fixed/a", f"{base}/ok")
+    assert worker.wait() == 0
+    failed = [json.loads(r) for r in redis_client.lrange("probe:requests:failed", 0, -1)]
+    assert [(f["url"], f["reason"], f["status"], f["attempts"]) for f in failed] == [(f"{base}/fixed/a", "retries_exhausted", 500, 3)]
+    (tmp_path / "requests.log.fixed").touch()  # the server is fixed
+    requeue = subprocess.run(
+        [sys.executable, "-m", "scrapy", "requeue", "probe", "--json"],
+        cwd=ROOT, env={"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+    )
+    assert requeue.returncode == 0, requeue.stderr
+    assert json.loads(requeue.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}
+    again = start_worker("probe", settings=settings, env={"REDIS_URL": redis_url})
+    again.wait_for("Joined the crawl")
+    assert again.wait() == 0
+    items = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [i["url"] for i in items if "/fixed/" in i["url"]] == [f"{base}/fixed/a"]
+    assert items[-1]["status"] == 200
+
+
+@pytest.fixture
+def flaky_site(tmp_path):
+    from tests.conftest import free_port, wait_port
+
+    host, port, log = "127.0.0.6", free_port("127.0.0.6"), tmp_path / "requests.log"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(port), str(log)])
+    wait_port(host, port)
+    yield f"http://{host}:{port}", log
+    proc.terminate()
+    proc.wait(10)
