@@ -6,7 +6,6 @@ setup(
     name="crawler",
     version="0.1.0",
     packages=find_packages(include=["crawler", "crawler.*"]),
-    package_data={"crawler": ["distributed/lua/*.lua", "sql/*.sql"]},
     entry_points={"scrapy": ["settings = crawler.settings"]},
     zip_safe=False,
 )
