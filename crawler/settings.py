@@ -38,6 +38,8 @@ DOWNLOADER_MIDDLEWARES = {
     # Our retry replaces Scrapy's (same position, same stats, plus backoff and Retry-After).
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     "crawler.middlewares.retry.BackoffRetryMiddleware": 550,
+    # Last before the download: waits for the host's shared send time (distributed mode only).
+    "crawler.middlewares.politeness.SharedPolitenessMiddleware": 960,
 }
 RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408, 429]
 

@@ -3,10 +3,13 @@
 - ``/always500/<anything>``: 500 every time.
 - ``/retry-after/<seconds>/<id>``: 429 with ``Retry-After: <seconds>`` the first time, then 200.
 - ``/fixed/<id>``: 500 until the file ``<LOG>.fixed`` exists, then 200.
+- ``/site/<n>``: page n of a binary tree of SITE_PAGES pages (env, default 60), linking to
+  pages 2n+1 and 2n+2.
 - anything else: a small HTML page.
 Every request is appended to LOG as ``<unix time> <path>``.
 """
 
+import os
 import sys
 import threading
 import time
@@ -14,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HOST, PORT, LOG = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+PAGES = int(os.environ.get("SITE_PAGES", "60"))
 _seen: set[str] = set()
 _lock = threading.Lock()
 
@@ -36,6 +40,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(500, b"not yet")
         if self.path == "/robots.txt":
             return self._send(404, b"")
+        if self.path.startswith("/site/"):
+            n = int(self.path.split("/")[2])
+            links = "".join(f'<a href="/site/{k}">{k}</a> ' for k in (2 * n + 1, 2 * n + 2) if k < PAGES)
+            return self._send(200, f"<html><head><title>page {n}</title></head><body>{links}</body></html>".encode())
         self._send(200, f"<html><head><title>{self.path}</title></head><body><p>ok</p></body></html>".encode())
 
     def _send(self, status, body, headers=None):

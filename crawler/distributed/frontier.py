@@ -38,8 +38,10 @@ START_PREFIX = b"start:"
 _PUSH = """
 -- KEYS: dupefilter, slots index, lease hash, failed list
 -- ARGV: queue prefix, now ms, n_push, n_ack, n_failed,
---       n_push x (fingerprint or '', host, score, payload), n_ack x field, n_failed x entry
+--       n_push x (fingerprint or '', host, score, payload), n_ack x field, n_failed x entry,
+--       politeness prefix
 local prefix, now = ARGV[1], ARGV[2]
+local pprefix = ARGV[#ARGV]
 local np, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local added = 0
 local i = 6
@@ -53,7 +55,12 @@ for _ = 1, np do
   i = i + 4
 end
 for _ = 1, na do
-  redis.call('HDEL', KEYS[3], ARGV[i])
+  local val = redis.call('HGET', KEYS[3], ARGV[i])
+  if val then
+    local host = string.sub(val, string.find(val, '\\t', 1, true) + 1)
+    if host ~= '' then redis.call('HINCRBY', pprefix .. host, 'inflight', -1) end
+    redis.call('HDEL', KEYS[3], ARGV[i])
+  end
   i = i + 1
 end
 for _ = 1, nf do
@@ -64,10 +71,28 @@ return added
 """
 
 _LEASE = """
--- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, n
+-- KEYS: slots index, lease hash, rate overrides hash.
+-- ARGV: queue prefix, now ms, n, default rate (requests/s, 0 = none), concurrency cap per host
+--       (0 = none), politeness prefix (+ host = the host's politeness hash).
 -- Walks the due hosts, an equal share from each; a host with fewer requests than its share
 -- leaves the rest to the hosts after it, and a second round fills what is still missing.
+-- Politeness, shared by every worker: a host with a rate gives one request per 1/rate seconds
+-- (the host's 'next' time), a paused host (Retry-After) nothing before 'pause_until', a host at
+-- its concurrency cap nothing until a lease of it ends. Such a host is re-scored to the time it
+-- is due, so it never holds back the others.
 local prefix, now, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local default_rate, cap, pprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local function num(v) return tonumber(v or '') end
+local function policy(host)
+  local st = redis.call('HMGET', pprefix .. host, 'next', 'factor', 'pause_until', 'robots_delay', 'inflight', 'base_rate')
+  local rate = num(redis.call('HGET', KEYS[3], host)) or default_rate
+  local robots = num(st[4])
+  if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
+  local factor = num(st[2]) or 1
+  if rate <= 0 and factor < 1 then rate = num(st[6]) or 0 end
+  if rate > 0 then rate = rate * factor end
+  return rate, math.max(num(st[1]) or 0, num(st[3]) or 0), num(st[5]) or 0
+end
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 local out = {}
 local left = hosts
@@ -75,31 +100,53 @@ while want > 0 and #left > 0 do
   local next_round = {}
   for idx, host in ipairs(left) do
     local take = math.ceil(want / (#left - idx + 1))
-    local q = prefix .. host
-    local got = redis.call('ZPOPMIN', q, take)
-    for j = 1, #got, 2 do
-      redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\\t' .. host)
-      out[#out + 1] = got[j]
+    local rate, due, inflight = policy(host)
+    if due > now then
+      redis.call('ZADD', KEYS[1], due, host)
+      take = 0
+    elseif cap > 0 and inflight >= cap then
+      redis.call('ZADD', KEYS[1], now + 200, host)
+      take = 0
     end
-    want = want - #got / 2
-    if redis.call('EXISTS', q) == 0 then
-      redis.call('ZREM', KEYS[1], host)
-    else
-      redis.call('ZADD', KEYS[1], now, host)
-      next_round[#next_round + 1] = host
+    if take > 0 then
+      if rate > 0 then take = 1 end
+      if cap > 0 then take = math.min(take, cap - inflight) end
+      local q = prefix .. host
+      local got = redis.call('ZPOPMIN', q, take)
+      for j = 1, #got, 2 do
+        redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\\t' .. host)
+        out[#out + 1] = got[j]
+      end
+      want = want - #got / 2
+      redis.call('HINCRBY', pprefix .. host, 'inflight', #got / 2)
+      local ready = now
+      if rate > 0 then
+        ready = now + math.ceil(1000 / rate)
+        redis.call('HSET', pprefix .. host, 'next', ready)
+      end
+      if redis.call('EXISTS', q) == 0 then
+        redis.call('ZREM', KEYS[1], host)
+      else
+        redis.call('ZADD', KEYS[1], ready, host)
+        if ready <= now and (cap <= 0 or inflight + #got / 2 < cap) then next_round[#next_round + 1] = host end
+      end
     end
     if want <= 0 then break end
   end
   if #next_round == #left and want > 0 and #out == 0 then break end
   left = next_round
 end
+-- First element: when the earliest host is due (Unix ms, -1 if none), so an idle worker can
+-- sleep until then instead of polling.
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+table.insert(out, 1, first[2] or '-1')
 return out
 """
 
 # Put every lease of the given nodes back where it came from, and forget the nodes.
 _RESTORE = """
 -- KEYS: slots index, nodes zset, start_urls, pending items list.
--- ARGV: queue prefix, lease prefix, now ms, start urls as set (1/0), mode, arg
+-- ARGV: queue prefix, lease prefix, now ms, start urls as set (1/0), mode, arg, politeness prefix
 --   mode 'node': arg = node id;  mode 'dead': arg = deadline ms (nodes that beat before it)
 -- A node's items being replayed from the pending list (<pending>:<node>) go back there too.
 local prefix, lease_prefix, now, as_set = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -121,6 +168,7 @@ for _, node in ipairs(nodes) do
     else
       redis.call('ZADD', prefix .. host, score, member)
       redis.call('ZADD', KEYS[1], 'NX', now, host)
+      redis.call('HINCRBY', ARGV[7] .. host, 'inflight', -1)
     end
     restored = restored + 1
   end
@@ -136,16 +184,17 @@ return {restored, #nodes}
 """
 
 _UNLEASE = """
--- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, payloads...
+-- KEYS: slots index, lease hash.  ARGV: queue prefix, now ms, politeness prefix, payloads...
 -- Give back some of this node's leases (requests it took but will not start).
 local n = 0
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local val = redis.call('HGET', KEYS[2], ARGV[i])
   if val then
     local tab = string.find(val, '\\t', 1, true)
     local host = string.sub(val, tab + 1)
     redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
     redis.call('ZADD', KEYS[1], 'NX', ARGV[2], host)
+    redis.call('HINCRBY', ARGV[3] .. host, 'inflight', -1)
     redis.call('HDEL', KEYS[2], ARGV[i])
     n = n + 1
   end
@@ -222,8 +271,16 @@ def slot_of(host: str | None) -> str:
 class Frontier:
     """One crawl's frontier, seen from one node."""
 
-    def __init__(self, redis: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False) -> None:
+    def __init__(
+        self, redis: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False, default_rate: float = 0.0, concurrency_cap: int = 0
+    ) -> None:
+        """``default_rate``: requests/second per host for every worker together (0: none; a
+        host's entry in ``<spider>:rates`` and its robots.txt Crawl-delay override it);
+        ``concurrency_cap``: requests in flight per host across the cluster (0: none)."""
         self.redis = redis
+        self.default_rate = default_rate
+        self.concurrency_cap = concurrency_cap
+        self.next_due_ms = -1
         self.keys = keys
         self.node_id = node_id
         self.lease_key = keys.leases(node_id)
@@ -246,17 +303,25 @@ class Frontier:
         args += acks
         args += failed
         k = self.keys
+        args.append(k.politeness_prefix)
         return int(await self._push(keys=[k.dupefilter, k.slots, self.lease_key, k.failed], args=args))
 
     async def lease(self, n: int) -> list[bytes]:
-        """Take up to ``n`` requests from the hosts that are due, moving them under this node's lease."""
-        return await self._lease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), n])
+        """Take up to ``n`` requests from the hosts that are due, moving them under this node's
+        lease. Sets :attr:`next_due_ms`: when the earliest queued host is due (Unix ms; -1: none)."""
+        k = self.keys
+        due, *payloads = await self._lease(
+            keys=[k.slots, self.lease_key, k.rates],
+            args=[k.queue_prefix, now_ms(), n, self.default_rate, self.concurrency_cap, k.politeness_prefix],
+        )
+        self.next_due_ms = int(float(due))
+        return payloads
 
     async def unlease(self, payloads: Sequence[bytes]) -> int:
         """Return these leased requests of this node to the frontier (they were not started)."""
         if not payloads:
             return 0
-        return int(await self._unlease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), *payloads]))
+        return int(await self._unlease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), self.keys.politeness_prefix, *payloads]))
 
     async def take_start_urls(self, n: int) -> list[bytes]:
         """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.
@@ -267,7 +332,7 @@ class Frontier:
         """Return every lease of this node to the frontier (used when the node stops). Returns the count."""
         restored, _ = await self._restore(
             keys=[self.keys.slots, self.keys.nodes, self.keys.start_urls, self.keys.items_pending],
-            args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "node", self.node_id],
+            args=[self.keys.queue_prefix, self.keys.lease_prefix, now_ms(), self._as_set, "node", self.node_id, self.keys.politeness_prefix],
         )
         return int(restored)
 

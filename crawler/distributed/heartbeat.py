@@ -81,7 +81,7 @@ class Heartbeat:
         k = self.keys
         restored, nodes = self._restore(
             keys=[k.slots, k.nodes, k.start_urls, k.items_pending],
-            args=[k.queue_prefix, k.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(self.timeout * 1000)],
+            args=[k.queue_prefix, k.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(self.timeout * 1000), k.politeness_prefix],
         )
         if restored or nodes:
             self._on_reclaimed(int(restored), int(nodes))

@@ -95,6 +95,23 @@ class Keys:
         """In-flight requests of a node: hash ``<spider>:leases:<node>`` of payload -> ``score\\thost``."""
         return f"{self.spider}:leases:"
 
+    @property
+    def politeness_prefix(self) -> str:
+        """Per-host politeness state, ``<spider>:politeness:<host>``: a hash of ``next`` and
+        ``pause_until`` (Unix ms), ``factor`` (slow-down, 0-1), ``robots_delay`` (seconds),
+        ``inflight`` (leases held across the cluster)."""
+        return f"{self.spider}:politeness:"
+
+    @property
+    def slowed(self) -> str:
+        """Set of hosts slowed down or paused after a 429/503 (``@`` keeps it apart from hosts)."""
+        return f"{self.spider}:politeness:@slowed"
+
+    @property
+    def rates(self) -> str:
+        """Live per-host rate overrides (requests/second), ``HSET <spider>:rates <host> <rate>``."""
+        return f"{self.spider}:rates"
+
     def node_info(self, node_id: str) -> str:
         return f"{self.nodes}:{node_id}"
 

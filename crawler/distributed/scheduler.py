@@ -34,7 +34,7 @@ from twisted.python.failure import Failure
 
 from crawler.distributed.connection import ConfigError, describe_error, node_id_of, redact_url, shared_redis, sync_redis
 from crawler.distributed.heartbeat import Heartbeat
-from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
+from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, now_ms, slot_of
 from crawler.distributed.keys import Keys
 from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
@@ -78,6 +78,8 @@ class FrontierScheduler(BaseScheduler):
         self.start_batch = read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE", int, 100, minimum=1)
         self.start_max_bytes = read_setting(crawler, "REDIS_START_URLS_MAX_BYTES", int, 65536, minimum=1)
         self.start_as_set = read_setting(crawler, "REDIS_START_URLS_AS_SET", bool, False)
+        self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, 0.0, minimum=0)
+        self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, 0, minimum=0)
         self.node_id = node_id_of(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -122,7 +124,9 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.redis = client
-        self.frontier = Frontier(client, self.keys, self.node_id, start_urls_as_set=self.start_as_set)
+        self.frontier = Frontier(
+            client, self.keys, self.node_id, start_urls_as_set=self.start_as_set, default_rate=self.domain_rate, concurrency_cap=self.domain_concurrency
+        )
         self._loop = asyncio.get_running_loop()
         self.heartbeat = Heartbeat(
             sync_redis(settings),
@@ -276,7 +280,12 @@ class FrontierScheduler(BaseScheduler):
                 self._wake_engine()
             else:
                 self._poll_delay = min(self.poll_max, max(0.05, self._poll_delay * 2))
-            self._next_poll = time.monotonic() + self._poll_delay
+            delay = self._poll_delay
+            due = self.frontier.next_due_ms
+            if not got and due > 0:
+                # a host is queued but not due yet (politeness): come back when it is
+                delay = min(delay, max(0.005, (due - now_ms()) / 1000))
+            self._next_poll = time.monotonic() + delay
         await self._check_idle()
         if self._outage_since is not None:
             logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)

@@ -1,0 +1,118 @@
+"""Politeness shared by every worker: rates, live overrides and Retry-After, measured by a test
+server that records the time of every request."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, free_port, wait_port
+
+FAST = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SPIDER_MODULES": "crawler.spiders", "ROBOTSTXT_OBEY": "False"}
+
+
+class RecordingServer:
+    def __init__(self, host: str, log: Path, pages: int) -> None:
+        self.port = free_port(host)
+        self.log = log
+        self.url = f"http://{host}:{self.port}"
+        env = {**os.environ, "SITE_PAGES": str(pages)}
+        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env)
+        wait_port(host, self.port)
+
+    def times(self, prefix: str = "/") -> list[float]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            t, path = line.split(" ", 1)
+            if path.startswith(prefix):
+                out.append(float(t))
+        return sorted(out)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def recording_server(tmp_path):
+    servers = []
+
+    def start(host: str, pages: int = 60) -> RecordingServer:
+        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def max_in_window(times: list[float], window: float = 1.0) -> int:
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - window:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def test_three_workers_share_one_rate_limit(recording_server, start_worker, redis_url, redis_client):
+    server = recording_server("127.0.0.11", pages=60)
+    settings = {**FAST, "DOMAIN_RATE_LIMIT": "5"}
+    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(3)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    times = server.times("/site/")
+    print(f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: {max_in_window(times)}")
+    assert len(times) == 60
+    assert max_in_window(times) <= 6  # 5 per second, one token of burst
+    assert sum(1 for w in workers if w.stat("item_scraped_count")) >= 2
+
+
+def test_live_override_reaches_every_worker_within_5_seconds(recording_server, start_worker, redis_url, redis_client):
+    server = recording_server("127.0.0.12", pages=400)
+    workers = [start_worker(settings={**FAST, "DOMAIN_RATE_LIMIT": "20"}, env={"REDIS_URL": redis_url}) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    time.sleep(3)
+    set_at = time.time()
+    redis_client.hset("site:rates", "127.0.0.12", 1)
+    time.sleep(10)
+    redis_client.hset("site:rates", "127.0.0.12", 100)
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    times = server.times("/site/")
+    before = [t for t in times if set_at - 3 < t < set_at]
+    after = [t for t in times if set_at + 5 <= t <= set_at + 10]
+    print(f"FIGURES override 20/s -> 1/s: {len(before)} requests in the 3 s before, {len(after)} in the 5 s from 5 s after; most in 1 s then: {max_in_window(after) if after else 0}")
+    assert len(before) >= 20
+    assert len(after) <= 7 and (not after or max_in_window(after) <= 2)
+
+
+def test_retry_after_pauses_the_host_for_every_worker(recording_server, start_worker, redis_url, redis_client):
+    server = recording_server("127.0.0.13", pages=200)
+    settings = {**FAST, "DOMAIN_RATE_LIMIT": "40", "RETRY_BACKOFF_BASE": "0.05"}
+    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    time.sleep(1.5)
+    redis_client.lpush("site:start_urls", f"{server.url}/retry-after/3/x")
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    hit = server.times("/retry-after/")
+    assert len(hit) == 2, "the 429 was not retried"
+    first = hit[0]
+    during = [t for t in server.times("/") if first < t < first + 2.9]
+    print(f"FIGURES Retry-After 3: requests to the host in the 2.9 s after the 429: {len(during)}; retry after {hit[1] - first:.2f}s")
+    assert during == []
+    assert sum(w.stat("politeness/slowed/429") for w in workers) == 1
+    assert any("Slowing 127.0.0.13 down for every worker (HTTP 429)" in w.output for w in workers)
