@@ -37,6 +37,9 @@ ITEM_PIPELINES = {
 DOWNLOADER_MIDDLEWARES = {
     # Our retry replaces Scrapy's (same position, same stats, plus backoff and Retry-After).
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    # robots.txt fetched once per host for the whole crawl (Scrapy's own in embedded mode).
+    "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+    "crawler.middlewares.robotstxt.SharedRobotsTxtMiddleware": 100,
     "crawler.middlewares.retry.BackoffRetryMiddleware": 550,
     # Last before the download: waits for the host's shared send time (distributed mode only).
     "crawler.middlewares.politeness.SharedPolitenessMiddleware": 960,

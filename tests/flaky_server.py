@@ -39,18 +39,21 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/fixed/") and not Path(f"{LOG}.fixed").exists():
             return self._send(500, b"not yet")
         if self.path == "/robots.txt":
-            return self._send(404, b"")
+            robots = os.environ.get("ROBOTS_TXT")
+            return self._send(200, robots.encode(), {"Content-Type": "text/plain"}) if robots else self._send(404, b"")
         if self.path.startswith("/site/"):
             n = int(self.path.split("/")[2])
             links = "".join(f'<a href="/site/{k}">{k}</a> ' for k in (2 * n + 1, 2 * n + 2) if k < PAGES)
+            if os.environ.get("ROBOTS_TXT"):
+                links += f'<a href="/private/{n}">private</a>'
             return self._send(200, f"<html><head><title>page {n}</title></head><body>{links}</body></html>".encode())
         self._send(200, f"<html><head><title>{self.path}</title></head><body><p>ok</p></body></html>".encode())
 
     def _send(self, status, body, headers=None):
         self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
+        headers = {"Content-Type": "text/html; charset=utf-8", **(headers or {})}
         self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
+        for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)

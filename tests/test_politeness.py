@@ -17,11 +17,13 @@ FAST = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SPIDER_MODULES": "crawler.spiders", 
 
 
 class RecordingServer:
-    def __init__(self, host: str, log: Path, pages: int) -> None:
+    def __init__(self, host: str, log: Path, pages: int, robots: str | None = None) -> None:
         self.port = free_port(host)
         self.log = log
         self.url = f"http://{host}:{self.port}"
         env = {**os.environ, "SITE_PAGES": str(pages)}
+        if robots:
+            env["ROBOTS_TXT"] = robots
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env)
         wait_port(host, self.port)
 
@@ -42,8 +44,8 @@ class RecordingServer:
 def recording_server(tmp_path):
     servers = []
 
-    def start(host: str, pages: int = 60) -> RecordingServer:
-        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages))
+    def start(host: str, pages: int = 60, robots: str | None = None) -> RecordingServer:
+        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages, robots))
         return servers[-1]
 
     yield start
@@ -116,3 +118,22 @@ def test_retry_after_pauses_the_host_for_every_worker(recording_server, start_wo
     assert during == []
     assert sum(w.stat("politeness/slowed/429") for w in workers) == 1
     assert any("Slowing 127.0.0.13 down for every worker (HTTP 429)" in w.output for w in workers)
+
+
+def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, start_worker, redis_url, redis_client):
+    server = recording_server("127.0.0.14", pages=7, robots="User-agent: *\nDisallow: /private\nCrawl-delay: 2\n")
+    settings = {**FAST, "ROBOTSTXT_OBEY": "True"}
+    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    assert server.times("/private") == []
+    assert len(server.times("/robots.txt")) == 1
+    times = server.times("/")
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    print(f"FIGURES Crawl-delay 2: {len(times)} requests (robots.txt included), smallest gap {min(gaps):.2f}s")
+    assert len(server.times("/site/")) == 7
+    assert min(gaps) >= 1.9
+    assert sum(w.stat("robotstxt/forbidden") for w in workers) == 7

@@ -103,9 +103,15 @@ class Keys:
         return f"{self.spider}:politeness:"
 
     @property
-    def slowed(self) -> str:
-        """Set of hosts slowed down or paused after a 429/503 (``@`` keeps it apart from hosts)."""
-        return f"{self.spider}:politeness:@slowed"
+    def limited(self) -> str:
+        """Set of hosts whose every request needs a send-time check even without
+        ``DOMAIN_RATE_LIMIT``: slowed down or paused after a 429/503, or with a robots.txt
+        Crawl-delay (``@`` keeps it apart from host names)."""
+        return f"{self.spider}:politeness:@limited"
+
+    def robots(self, netloc: str) -> str:
+        """The cached robots.txt of a host: hash of ``status`` and ``body``, with a TTL."""
+        return f"{self.spider}:robots:{netloc}"
 
     @property
     def rates(self) -> str:

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
     from crawler.distributed.keys import Keys
 
+#: Signal sent with ``host=`` when this worker learns a host needs a send-time check (a robots.txt
+#: Crawl-delay), so the politeness middleware checks it before its next refresh.
+host_limited = object()
+
 _POLICY = """
 local function num(v) return tonumber(v or '') end
 local function policy(state_key, rates_key, host, default_rate)
@@ -53,7 +57,7 @@ return t - now
 """
 
 _SLOW_DOWN = _POLICY + """
--- KEYS: host state, rates, slowed hosts set.  ARGV: host, now ms, default rate, min factor,
+-- KEYS: host state, rates, limited hosts set.  ARGV: host, now ms, default rate, min factor,
 -- pause ms (0: none), base rate for a host that had no rate.  Returns the new factor (string).
 local now = tonumber(ARGV[2])
 local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
@@ -67,14 +71,15 @@ return tostring(factor)
 """
 
 _RECOVER = """
--- KEYS: host state, slowed hosts set.  ARGV: step, host, now ms.  Returns the new factor (string).
+-- KEYS: host state, limited hosts set.  ARGV: step, host, now ms.  Returns the new factor (string).
 local factor = tonumber(redis.call('HGET', KEYS[1], 'factor') or '') or 1
 if factor < 1 then
   factor = math.min(1, factor + tonumber(ARGV[1]))
   redis.call('HSET', KEYS[1], 'factor', factor)
 end
 local pause = tonumber(redis.call('HGET', KEYS[1], 'pause_until') or '') or 0
-if factor >= 1 and pause <= tonumber(ARGV[3]) then redis.call('SREM', KEYS[2], ARGV[2]) end
+local robots = tonumber(redis.call('HGET', KEYS[1], 'robots_delay') or '') or 0
+if factor >= 1 and pause <= tonumber(ARGV[3]) and robots <= 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
 return tostring(factor)
 """
 
@@ -105,25 +110,30 @@ class Politeness:
         """Halve ``host``'s rate for every worker (a host without a rate gets ``base_rate``
         first) and, with ``pause`` seconds, send it nothing until then. Returns the new factor."""
         factor = await self._slow_down(
-            keys=[self._state(host), self.keys.rates, self.keys.slowed],
+            keys=[self._state(host), self.keys.rates, self.keys.limited],
             args=[host, now_ms(), self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate],
         )
         return float(factor)
 
     async def recover(self, host: str) -> float:
         """Raise ``host``'s factor by ``recovery_step`` (up to 1). Returns the new factor."""
-        return float(await self._recover(keys=[self._state(host), self.keys.slowed], args=[self.recovery_step, host, now_ms()]))
+        return float(await self._recover(keys=[self._state(host), self.keys.limited], args=[self.recovery_step, host, now_ms()]))
 
     async def set_robots_delay(self, host: str, delay: float) -> None:
-        """Record ``host``'s robots.txt Crawl-delay (seconds) for every worker."""
-        await self.redis.hset(self._state(host), "robots_delay", delay)
+        """Record ``host``'s robots.txt Crawl-delay (seconds) for every worker, and book a send
+        for the robots.txt request itself, which preceded the first page."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self._state(host), "robots_delay", delay)
+            pipe.sadd(self.keys.limited, host)
+            await pipe.execute()
+        await self.reserve(host)
 
     async def active_hosts(self) -> set[str]:
         """Hosts that need :meth:`reserve` even when ``DOMAIN_RATE_LIMIT`` is 0: those with a live
-        rate in ``<spider>:rates`` and those slowed down or paused (``<spider>:politeness:@slowed``)."""
+        rate in ``<spider>:rates`` and those in ``<spider>:politeness:@limited``."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hkeys(self.keys.rates)
-            pipe.smembers(self.keys.slowed)
+            pipe.smembers(self.keys.limited)
             rated, slowed = await pipe.execute()
         return {h.decode() for h in rated} | {h.decode() for h in slowed}
 

@@ -15,7 +15,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from crawler.distributed.connection import describe_error, optional_shared_redis
 from crawler.distributed.frontier import slot_of
 from crawler.distributed.keys import Keys
-from crawler.distributed.politeness import Politeness
+from crawler.distributed.politeness import Politeness, host_limited
 from crawler.middlewares.retry import parse_retry_after
 from crawler.startup import fail_at_open, read_setting
 
@@ -58,6 +58,10 @@ class SharedPolitenessMiddleware:
         self._active: set[str] = set(self.seed)
         self._next_refresh = 0.0
         self._slowed: set[str] = set()
+        crawler.signals.connect(self._on_host_limited, host_limited)
+
+    def _on_host_limited(self, host: str) -> None:
+        self._active.add(host)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedPolitenessMiddleware:
