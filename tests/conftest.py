@@ -241,6 +241,19 @@ def start_worker(tmp_path):
         w.stop()
 
 
+@pytest.fixture
+def start_workers(start_worker):
+    """``start_workers(n, spider="site", settings=..., env=...)``: n workers that have joined the crawl."""
+
+    def start(n: int, spider: str = "site", **kwargs) -> list[Worker]:
+        workers = [start_worker(spider, **kwargs) for _ in range(n)]
+        for w in workers:
+            w.wait_for("Joined the crawl")
+        return workers
+
+    return start
+
+
 class RedisServer:
     """A private redis-server on a free port, for tests that stop or reconfigure a server."""
 

@@ -62,12 +62,10 @@ def max_in_window(times: list[float], window: float = 1.0) -> int:
     return best
 
 
-def test_three_workers_share_one_rate_limit(recording_server, start_worker, redis_url, redis_client):
+def test_three_workers_share_one_rate_limit(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.11", pages=60)
     settings = {**FAST, "DOMAIN_RATE_LIMIT": "5"}
-    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(3)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
+    workers = start_workers(3, settings=settings, env={"REDIS_URL": redis_url})
     redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     for w in workers:
         assert w.wait(120) == 0, w.output[-3000:]
@@ -78,11 +76,9 @@ def test_three_workers_share_one_rate_limit(recording_server, start_worker, redi
     assert sum(1 for w in workers if w.stat("item_scraped_count")) >= 2
 
 
-def test_live_override_reaches_every_worker_within_5_seconds(recording_server, start_worker, redis_url, redis_client):
+def test_live_override_reaches_every_worker_within_5_seconds(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.12", pages=400)
-    workers = [start_worker(settings={**FAST, "DOMAIN_RATE_LIMIT": "20"}, env={"REDIS_URL": redis_url}) for _ in range(2)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
+    workers = start_workers(2, settings={**FAST, "DOMAIN_RATE_LIMIT": "20"}, env={"REDIS_URL": redis_url})
     redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     time.sleep(3)
     set_at = time.time()
@@ -99,12 +95,10 @@ def test_live_override_reaches_every_worker_within_5_seconds(recording_server, s
     assert len(after) <= 7 and (not after or max_in_window(after) <= 2)
 
 
-def test_retry_after_pauses_the_host_for_every_worker(recording_server, start_worker, redis_url, redis_client):
+def test_retry_after_pauses_the_host_for_every_worker(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.13", pages=200)
     settings = {**FAST, "DOMAIN_RATE_LIMIT": "40", "RETRY_BACKOFF_BASE": "0.05"}
-    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(2)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
+    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
     redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     time.sleep(1.5)
     redis_client.lpush("site:start_urls", f"{server.url}/retry-after/3/x")
@@ -120,12 +114,10 @@ def test_retry_after_pauses_the_host_for_every_worker(recording_server, start_wo
     assert any("Slowing 127.0.0.13 down for every worker (HTTP 429)" in w.output for w in workers)
 
 
-def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, start_worker, redis_url, redis_client):
+def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.14", pages=7, robots="User-agent: *\nDisallow: /private\nCrawl-delay: 2\n")
     settings = {**FAST, "ROBOTSTXT_OBEY": "True"}
-    workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(2)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
+    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
     redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     for w in workers:
         assert w.wait(120) == 0, w.output[-3000:]

@@ -81,37 +81,36 @@ def page_row(url: str, title: str = "t") -> tuple:
     return to_row(page, schema_of(Page))
 
 
-def test_a_row_the_server_refuses_does_not_take_its_batch_down(mysql_url, mysql_query):
+@pytest.fixture
+def backend(mysql_url):
+    """A connected MySQLBackend with the pages table."""
     backend = MySQLBackend(mysql_url)
-    schema = schema_of(Page)
     backend.connect()
-    backend.ensure_table(schema)
+    backend.ensure_table(schema_of(Page))
+    yield backend
+    backend.close()
+
+
+def test_a_row_the_server_refuses_does_not_take_its_batch_down(backend, mysql_query):
+    schema = schema_of(Page)
     rows = [page_row("http://h/1"), page_row("http://h/2", title="x" * 5000), page_row("http://h/3")]
     refused = backend.upsert(schema, rows)
     assert [i for i, _ in refused] == [1]
     assert "1406" in refused[0][1]  # ER_DATA_TOO_LONG, strict mode
     assert sorted(r[0] for r in mysql_query("SELECT url FROM pages")) == ["http://h/1", "http://h/3"]
-    backend.close()
 
 
-def test_upsert_updates_in_place(mysql_url, mysql_query):
-    backend = MySQLBackend(mysql_url)
+def test_upsert_updates_in_place(backend, mysql_query):
     schema = schema_of(Page)
-    backend.connect()
-    backend.ensure_table(schema)
     assert backend.upsert(schema, [page_row("http://h/1", "old")]) == []
     assert backend.upsert(schema, [page_row("http://h/1", "new"), page_row("http://h/1", "newer")]) == []
     assert mysql_query("SELECT url, title FROM pages") == (("http://h/1", "newer"),)
-    backend.close()
 
 
-def test_lost_connection_is_reported_as_retryable(mysql_url, mysql_query):
+def test_lost_connection_is_reported_as_retryable(backend, mysql_query):
     from crawler.storage import ConnectionLost
 
-    backend = MySQLBackend(mysql_url)
     schema = schema_of(Page)
-    backend.connect()
-    backend.ensure_table(schema)
     conn_id = backend.conn.thread_id()
     mysql_query(f"KILL {conn_id}")
     with pytest.raises(ConnectionLost):
@@ -119,4 +118,3 @@ def test_lost_connection_is_reported_as_retryable(mysql_url, mysql_query):
     # the next call reconnects and the batch goes through
     assert backend.upsert(schema, [page_row("http://h/9")]) == []
     assert mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 1
-    backend.close()
