@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
 
 from crawler.distributed.connection import ConfigError, describe_error, redact_url, sync_redis
 from crawler.distributed.keys import Keys
@@ -41,22 +42,27 @@ class RedisCommand(ScrapyCommand):
             return self._fail(str(exc))
         except redis.exceptions.RedisError as exc:
             return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+        if args[0] not in get_spider_loader(self.settings).list():
+            print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
             result = self.execute(client, Keys.from_settings(self.settings, args[0]), opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
         finally:
             client.close()
+        if result is None:  # execute() reported an error
+            return
         if opts.json:
             print(json.dumps(result, ensure_ascii=False))
         else:
             print(self.describe(result))
 
     def _fail(self, message: str) -> None:
+        """Report a setup error: one line on stderr, exit status 2 (execute() then returns None)."""
         print(f"error: {message}", file=sys.stderr)
         self.exitcode = 2
 
-    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         raise NotImplementedError
 
     def describe(self, result: dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ class ValidationError(ValueError):
     """An item breaks its schema.
 
     ``field`` names the field, ``reason`` is a short stat-friendly word (``missing``,
-    ``type``, ``too_long``, ``not_ascii``, ``bad_datetime``) and ``detail`` a sentence.
+    ``type``, ``too_long``, ``not_ascii``, ``not_utf8``, ``bad_datetime``) and ``detail`` a sentence.
     """
 
     def __init__(self, field: str, reason: str, detail: str) -> None:
@@ -170,6 +170,11 @@ def validate(item: Any) -> list[str]:
                 raise ValidationError(spec.name, "bad_datetime", "date-time has no UTC offset")
             continue
         if spec.type is str:
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise ValidationError(spec.name, "not_utf8", "text holds a lone surrogate, which no UTF-8 column can store") from None
             if spec.ascii and not value.isascii():
                 raise ValidationError(spec.name, "not_ascii", "value must be ASCII")
             if spec.max_length is not None and len(value) > spec.max_length:

@@ -240,47 +240,69 @@ return out
 """
 
 
+def storable_item_classes() -> dict[str, type]:
+    """The item classes replay may rebuild, by dotted name: those of :mod:`crawler.items` that
+    declare a schema. A pending record naming any other class is refused, never imported."""
+    import crawler.items
+    from crawler.schema import iter_item_classes
+
+    return {f"{cls.__module__}.{cls.__qualname__}": cls for cls in iter_item_classes(crawler.items)}
+
+
+def _rebuild(raw: bytes, classes: dict[str, type]) -> tuple[Any, tuple[Any, ...]]:
+    """A pending record -> (schema, row); raises for anything that cannot be stored."""
+    import json
+
+    from crawler.schema import schema_of, to_row, validate
+
+    record = json.loads(raw)
+    cls = classes.get(record.get("item_class")) if isinstance(record, dict) else None
+    if cls is None:
+        raise ValueError("not a record of a storable item class")
+    if not isinstance(record.get("item"), dict):
+        raise ValueError("'item' is not an object")
+    item = cls(**record["item"])
+    validate(item)
+    schema = schema_of(item)
+    return schema, to_row(item, schema)
+
+
 def replay_pending(client: Any, keys: Any, node_id: str, backend: Any, batch_size: int = 500) -> tuple[int, int]:
     """Write the items kept in ``<spider>:items:pending`` to the database, oldest first, in
     batches, until the list is empty. Blocking: call it from a thread or a command.
 
-    Each batch is moved atomically to ``<spider>:items:pending:<node>`` while it is written (the
-    reclaim of a dead node puts it back). A record that cannot be rebuilt, or that the database
-    refuses, goes to ``<spider>:items:invalid``. Returns (written, refused); raises
-    :class:`ConnectionLost` (the batch is back in the pending list) if the database is gone.
+    Each batch is moved atomically to ``<spider>:items:pending:<node>`` while it is written; if
+    anything goes wrong with the batch as a whole it goes back to the pending list before the
+    error is raised (and the reclaim of a dead node puts it back too). A record that cannot be
+    rebuilt (unknown item class, broken JSON, schema violation) or that the database refuses
+    goes to ``<spider>:items:invalid``. Returns (written, refused); raises
+    :class:`ConnectionLost` if the database is gone, or the database's error.
     """
     import json
 
-    from scrapy.utils.misc import load_object
-
-    from crawler.schema import ValidationError, schema_of, to_row, validate
-
     take = client.register_script(_TAKE_PENDING)
+    classes = storable_item_classes()
     replaying = keys.items_replaying(node_id)
     written = refused = 0
     while True:
         raws = take(keys=[keys.items_pending, replaying], args=[batch_size])
         if not raws:
             return written, refused
-        by_schema: dict[Any, list[tuple[bytes, tuple[Any, ...]]]] = {}
-        bad = []
-        for raw in raws:
-            try:
-                record = json.loads(raw)
-                item = load_object(record["item_class"])(**record["item"])
-                schema = schema_of(item)
-                if schema is None:
-                    raise ValueError(f"{record['item_class']} has no schema")
-                validate(item)
-                by_schema.setdefault(schema, []).append((raw, to_row(item, schema)))
-            except (ValueError, KeyError, TypeError, ValidationError, NameError, AttributeError, ImportError) as exc:
-                bad.append(json.dumps({"reason": "unreplayable", "detail": str(exc)[:500], "record": raw.decode("utf-8", "replace")}))
         try:
+            by_schema: dict[Any, list[tuple[bytes, tuple[Any, ...]]]] = {}
+            bad = []
+            for raw in raws:
+                try:
+                    schema, row = _rebuild(raw, classes)
+                except Exception as exc:  # anything in a record is data: refuse it, keep it
+                    bad.append(json.dumps({"reason": "unreplayable", "detail": f"{type(exc).__name__}: {exc}"[:500], "record": raw.decode("utf-8", "replace")}))
+                    continue
+                by_schema.setdefault(schema, []).append((raw, row))
             for schema, entries in by_schema.items():
                 backend.ensure_table(schema)
                 for index, error in backend.upsert(schema, [row for _, row in entries]):
                     bad.append(json.dumps({"reason": "storage_refused", "detail": error, "record": entries[index][0].decode("utf-8", "replace")}))
-        except ConnectionLost:
+        except BaseException:
             while client.lmove(replaying, keys.items_pending, "LEFT", "RIGHT"):
                 pass
             raise

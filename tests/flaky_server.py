@@ -4,7 +4,8 @@
 - ``/retry-after/<seconds>/<id>``: 429 with ``Retry-After: <seconds>`` the first time, then 200.
 - ``/fixed/<id>``: 500 until the file ``<LOG>.fixed`` exists, then 200.
 - ``/site/<n>``: page n of a binary tree of SITE_PAGES pages (env, default 60), linking to
-  pages 2n+1 and 2n+2.
+  pages 2n+1 and 2n+2; answered after SITE_DELAY_MS milliseconds (env, default 0), and then
+  logged again as ``<unix time> END <path>``.
 - anything else: a small HTML page.
 Every request is appended to LOG as ``<unix time> <path>``.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 HOST, PORT, LOG = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 PAGES = int(os.environ.get("SITE_PAGES", "60"))
+DELAY = int(os.environ.get("SITE_DELAY_MS", "0")) / 1000
 _seen: set[str] = set()
 _lock = threading.Lock()
 
@@ -43,6 +45,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, robots.encode(), {"Content-Type": "text/plain"}) if robots else self._send(404, b"")
         if self.path.startswith("/site/"):
             n = int(self.path.split("/")[2])
+            if DELAY:
+                time.sleep(DELAY)
+                with _lock, LOG.open("a") as f:
+                    f.write(f"{time.time():.3f} END {self.path}\n")
             links = "".join(f'<a href="/site/{k}">{k}</a> ' for k in (2 * n + 1, 2 * n + 2) if k < PAGES)
             if os.environ.get("ROBOTS_TXT"):
                 links += f'<a href="/private/{n}">private</a>'

@@ -5,6 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Two runs on one machine would share Redis database 13: the second waits for the first.
+exec 9>/tmp/crawler-tests.lock
+if ! flock -n 9; then
+  echo "tests/run.sh: another test run holds /tmp/crawler-tests.lock; waiting for it"
+  flock 9
+fi
+
 missing=()
 [ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc)
 command -v redis-server >/dev/null || missing+=(redis-server)

@@ -17,13 +17,15 @@ FAST = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SPIDER_MODULES": "crawler.spiders", 
 
 
 class RecordingServer:
-    def __init__(self, host: str, log: Path, pages: int, robots: str | None = None) -> None:
+    def __init__(self, host: str, log: Path, pages: int, robots: str | None = None, delay_ms: int = 0) -> None:
         self.port = free_port(host)
         self.log = log
         self.url = f"http://{host}:{self.port}"
         env = {**os.environ, "SITE_PAGES": str(pages)}
         if robots:
             env["ROBOTS_TXT"] = robots
+        if delay_ms:
+            env["SITE_DELAY_MS"] = str(delay_ms)
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env)
         wait_port(host, self.port)
 
@@ -35,6 +37,21 @@ class RecordingServer:
                 out.append(float(t))
         return sorted(out)
 
+    def most_at_once(self) -> int:
+        """The largest number of /site/ requests being answered at the same time."""
+        events = []
+        for line in self.log.read_text().splitlines():
+            t, rest = line.split(" ", 1)
+            if rest.startswith("/site/"):
+                events.append((float(t), 1))
+            elif rest.startswith("END /site/"):
+                events.append((float(t), -1))
+        level = best = 0
+        for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+            level += step
+            best = max(best, level)
+        return best
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
@@ -44,8 +61,8 @@ class RecordingServer:
 def recording_server(tmp_path):
     servers = []
 
-    def start(host: str, pages: int = 60, robots: str | None = None) -> RecordingServer:
-        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages, robots))
+    def start(host: str, pages: int = 60, robots: str | None = None, delay_ms: int = 0) -> RecordingServer:
+        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages, robots, delay_ms))
         return servers[-1]
 
     yield start
@@ -129,3 +146,16 @@ def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, st
     assert len(server.times("/site/")) == 7
     assert min(gaps) >= 1.9
     assert sum(w.stat("robotstxt/forbidden") for w in workers) == 7
+
+
+def test_concurrency_cap_holds_across_workers(recording_server, start_workers, redis_url, redis_client):
+    server = recording_server("127.0.0.15", pages=30, delay_ms=300)
+    settings = {**FAST, "DOMAIN_CONCURRENCY": "2", "CONCURRENT_REQUESTS": "8", "SCHEDULER_PERSIST": "True"}
+    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    print(f"FIGURES DOMAIN_CONCURRENCY=2, two workers of 8: most requests at once {server.most_at_once()}")
+    assert len(server.times("/site/")) == 30
+    assert server.most_at_once() == 2
+    assert redis_client.hget("site:politeness:127.0.0.15", "inflight") == b"0"  # every lease counted back

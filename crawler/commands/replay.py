@@ -6,7 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from crawler.cli import RedisCommand
-from crawler.distributed.connection import ConfigError
+from crawler.distributed.connection import ConfigError, redact_url
 from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
 
 if TYPE_CHECKING:
@@ -24,19 +24,22 @@ class Command(RedisCommand):
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
         assert self.settings is not None
         url = self.settings.get("MYSQL_URL")
-        backend = MySQLBackend(url) if url else SQLiteBackend(self.settings.get("SQLITE_PATH", "crawl.sqlite3"))
         node = f"replay:{os.getpid()}"
+        backend = None
         try:
+            backend = MySQLBackend(url) if url else SQLiteBackend(self.settings.get("SQLITE_PATH", "crawl.sqlite3"))
             backend.connect()
             written, refused = replay_pending(client, keys, node, backend)
-        except (ConfigError, ConnectionLost) as exc:
-            self._fail(str(exc))
-            return {"error": str(exc)}
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except ConnectionLost as exc:
+            return self._fail(f"MYSQL_URL {redact_url(url)}: {exc}" if url else str(exc))
+        except Exception as exc:  # e.g. MySQL 1142, no CREATE right: the batch is back in the pending list
+            return self._fail(f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}")
         finally:
-            backend.close()
+            if backend is not None:
+                backend.close()
         return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
 
     def describe(self, result: dict[str, Any]) -> str:
-        if "error" in result:
-            return "nothing replayed"
         return f"wrote {result['written']} items; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"

@@ -6,8 +6,11 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy.exceptions import UsageError
+
 from crawler.cli import RedisCommand
 from crawler.distributed.frontier import now_ms, slot_of
+from crawler.distributed.serialize import check_url
 
 if TYPE_CHECKING:
     import argparse
@@ -42,28 +45,34 @@ class Command(RedisCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         parser.add_argument("--reason", help="only the dead letters with this reason (e.g. retries_exhausted)")
-        parser.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
+        parser.add_argument("--limit", type=int, default=0, help="at most this many (default 0: all)")
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
         script = client.register_script(_REQUEUE)
         raws = client.lrange(keys.failed, 0, -1)
         args: list[Any] = [keys.queue_prefix, now_ms()]
         skipped = 0
+        if opts.limit < 0:
+            raise UsageError("--limit must be 0 (all) or more")
         for raw in reversed(raws):  # oldest first
             try:
                 record = json.loads(raw)
+                if opts.reason and record.get("reason") != opts.reason:
+                    continue
                 request = record["request"]
-                host = slot_of(urlsplit(request["url"]).hostname)
-            except (ValueError, KeyError, TypeError):
+                url = check_url(request["url"])
+                meta = request.get("meta") or {}
+                priority = request.get("priority", 0)
+                if not isinstance(meta, dict) or not isinstance(priority, int) or isinstance(priority, bool):
+                    raise TypeError("meta must be an object and priority an integer")
+            except Exception:  # a record that is not a request stays where it is, counted
                 skipped += 1
                 continue
-            if opts.reason and record.get("reason") != opts.reason:
-                continue
-            meta = request.get("meta") or {}
             for key in _RESET_META:
                 meta.pop(key, None)
-            request["meta"] = meta
-            args += [raw, host, -int(request.get("priority", 0)), json.dumps(request, ensure_ascii=False, separators=(",", ":"))]
+            request.update(url=url, meta=meta)
+            host = slot_of(urlsplit(url).hostname)
+            args += [raw, host, -priority, json.dumps(request, ensure_ascii=False, separators=(",", ":"))]
             if opts.limit and len(args) // 4 >= opts.limit:
                 break
         requeued = int(script(keys=[keys.failed, keys.slots], args=args)) if len(args) > 2 else 0
@@ -72,5 +81,5 @@ class Command(RedisCommand):
     def describe(self, result: dict[str, Any]) -> str:
         text = f"requeued {result['requeued']} requests; {result['left']} left in the dead-letter list"
         if result["unreadable"]:
-            text += f" ({result['unreadable']} unreadable records left there)"
+            text += f" ({result['unreadable']} records that are not requests left there)"
         return text

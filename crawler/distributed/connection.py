@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -30,16 +30,21 @@ class ConfigError(Exception):
 
 
 def redact_url(url: str | None) -> str:
-    """``url`` with any password replaced by ``***`` (safe to log)."""
+    """``url`` safe to log: a password (``user:***@``), a lone userinfo of a Redis URL (which
+    redis-cli reads as a password) and query parameters that look secret are replaced by ``***``."""
     if not url:
         return repr(url)
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.rsplit("@", 1)
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+        host = parts.netloc.rsplit("@", 1)[-1]
+        if parts.password is not None:
+            parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+        elif parts.username is not None and parts.scheme.startswith(("redis", "unix")):
+            parts = parts._replace(netloc=f"***@{host}")
+        if parts.query:
+            query = [(k, "***" if any(w in k.lower() for w in ("pass", "secret", "token", "key", "auth")) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+            parts = parts._replace(query=urlencode(query, safe="*"))
+        return urlunsplit(parts)
     except ValueError:
         return "<unparsable URL>"
 

@@ -354,7 +354,10 @@ class Frontier:
         return Status(*(int(v) for v in values))
 
     async def clear(self) -> None:
-        """Delete the queues, dupefilter and registry of this crawl (SCHEDULER_PERSIST=False, last node)."""
+        """Delete the queues, dupefilter and per-host politeness state of this crawl
+        (SCHEDULER_PERSIST=False, last node). Live rates (``<spider>:rates``) stay: they are
+        configuration."""
         hosts = await self.redis.zrange(self.keys.slots, 0, -1)
         keys = [self.keys.queue_prefix.encode() + h for h in hosts] + [self.keys.slots, self.keys.dupefilter]
+        keys += [k async for k in self.redis.scan_iter(match=self.keys.politeness_prefix + "*", count=1000)]
         await self.redis.delete(*keys)

@@ -105,6 +105,9 @@ class StoragePipeline:
         except (ConnectionLost, RedisError, OSError) as exc:
             logger.warning("Could not replay pending items yet (%s)", exc)
             return
+        except Exception as exc:  # the batch is back in the pending list; the crawl goes on
+            logger.error("Replaying pending items failed (%s: %s); they stay in %s", type(exc).__name__, exc, self.keys.items_pending)
+            return
         if written or refused:
             self.stats.inc_value("storage/replayed", written)
             self.stats.inc_value("storage/refused", refused)
