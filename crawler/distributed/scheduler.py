@@ -80,10 +80,14 @@ class FrontierScheduler(BaseScheduler):
         self.start_as_set = read_setting(crawler, "REDIS_START_URLS_AS_SET", bool, False)
         self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, 0.0, minimum=0)
         self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, 0, minimum=0)
+        self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, 200_000, minimum=0)
         self.node_id = node_id_of(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self._local: deque[Request] = deque()
+        #: Fingerprints this worker has queued (bounded; cleared when full): a local first look
+        #: before the shared dupefilter.
+        self._seen: set[bytes] = set()
         self._leases: dict[bytes, _Lease] = {}
         self._to_push: list[Entry] = []
         self._to_ack: list[bytes] = []
@@ -161,6 +165,11 @@ class FrontierScheduler(BaseScheduler):
         return bool(self._local)
 
     def enqueue_request(self, request: Request) -> bool:
+        return self._enqueue(request) == "queued"
+
+    def _enqueue(self, request: Request) -> str:
+        """Buffer ``request`` for the frontier: ``"queued"``, ``"duplicate"`` (this worker queued
+        it already) or ``"refused"`` (it cannot be serialized; logged and counted)."""
         assert self.spider is not None
         parent = request.meta.get(LEASE_META)
         if parent is not None:
@@ -173,17 +182,29 @@ class FrontierScheduler(BaseScheduler):
                 del self._leases[parent]
                 self._to_ack.append(parent)
                 self.stats.inc_value("frontier/acked")
+        fingerprint = ""
+        if not request.dont_filter:
+            digest = self.crawler.request_fingerprinter.fingerprint(request)
+            if digest in self._seen:
+                # This worker queued it already: the shared dupefilter would refuse it too, so
+                # spare the serialization and the bytes to Redis.
+                self.stats.inc_value("dupefilter/filtered")
+                return "duplicate"
+            fingerprint = digest.hex()
         try:
             payload = request_to_json(request, self.spider)
         except RequestRefused as exc:
             logger.error("Refused request %s: %s", request, exc)
             self.stats.inc_value(f"frontier/refused/{exc.reason}")
-            return False
-        fingerprint = "" if request.dont_filter else self.crawler.request_fingerprinter.fingerprint(request).hex()
+            return "refused"
+        if fingerprint:
+            if len(self._seen) >= self.local_seen_max:
+                self._seen.clear()
+            self._seen.add(digest)
         self._to_push.append(Entry(fingerprint, slot_of(urlparse_cached(request).hostname), -request.priority, payload))
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
-        return True
+        return "queued"
 
     def next_request(self) -> Request | None:
         if len(self._local) <= self.prefetch // 2:
@@ -365,10 +386,11 @@ class FrontierScheduler(BaseScheduler):
             if unknown:
                 logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
                 self.stats.inc_value("start_urls/unknown_keys")
-            if self.enqueue_request(request):
-                self.stats.inc_value("start_urls/accepted")
-            else:
+            outcome = self._enqueue(request)
+            if outcome == "refused":
                 self._refuse_start(raw, RequestRefused("refused", "the frontier refused the request"))
+            else:
+                self.stats.inc_value("start_urls/accepted")
 
     def _refuse_start(self, raw: bytes, exc: RequestRefused) -> None:
         shown = raw[:200].decode("utf-8", "replace")
