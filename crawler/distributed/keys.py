@@ -109,6 +109,12 @@ class Keys:
         Crawl-delay (``@`` keeps it apart from host names)."""
         return f"{self.spider}:politeness:@limited"
 
+    @property
+    def politeness_events(self) -> str:
+        """Pub/sub channel: a host name is published when it joins ``limited``, so every worker
+        checks its next sends at once."""
+        return f"{self.spider}:politeness:@events"
+
     def robots(self, netloc: str) -> str:
         """The cached robots.txt of a host: hash of ``status`` and ``body``, with a TTL."""
         return f"{self.spider}:robots:{netloc}"

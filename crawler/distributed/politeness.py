@@ -20,11 +20,14 @@ pauses the host for every worker until the time given.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from crawler.distributed.frontier import now_ms
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from redis.asyncio import Redis
 
     from crawler.distributed.keys import Keys
@@ -58,7 +61,8 @@ return t - now
 
 _SLOW_DOWN = _POLICY + """
 -- KEYS: host state, rates, limited hosts set.  ARGV: host, now ms, default rate, min factor,
--- pause ms (0: none), base rate for a host that had no rate.  Returns the new factor (string).
+-- pause ms (0: none), base rate for a host that had no rate, events channel.
+-- Returns the new factor (string).
 local now = tonumber(ARGV[2])
 local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
 factor = math.max(tonumber(ARGV[4]), factor / 2)
@@ -67,6 +71,7 @@ if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[6]) end
 local wait = tonumber(ARGV[5])
 if wait > 0 and now + wait > pause then redis.call('HSET', KEYS[1], 'pause_until', now + wait) end
 redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('PUBLISH', ARGV[7], ARGV[1])
 return tostring(factor)
 """
 
@@ -111,7 +116,7 @@ class Politeness:
         first) and, with ``pause`` seconds, send it nothing until then. Returns the new factor."""
         factor = await self._slow_down(
             keys=[self._state(host), self.keys.rates, self.keys.limited],
-            args=[host, now_ms(), self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate],
+            args=[host, now_ms(), self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate, self.keys.politeness_events],
         )
         return float(factor)
 
@@ -125,6 +130,7 @@ class Politeness:
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(self._state(host), "robots_delay", delay)
             pipe.sadd(self.keys.limited, host)
+            pipe.publish(self.keys.politeness_events, host)
             await pipe.execute()
         await self.reserve(host)
 
@@ -136,6 +142,23 @@ class Politeness:
             pipe.smembers(self.keys.limited)
             rated, slowed = await pipe.execute()
         return {h.decode() for h in rated} | {h.decode() for h in slowed}
+
+    async def watch(self, on_host: Callable[[str], None]) -> None:
+        """Call ``on_host(host)`` for every host another worker slows down, pauses or finds a
+        Crawl-delay for, as it happens (Redis pub/sub). Runs until cancelled; reconnects."""
+        while True:
+            pubsub = self.redis.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.politeness_events)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        on_host(message["data"].decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1.0)
+            finally:
+                await pubsub.aclose()
 
     async def seed_rates(self, rates: dict[str, float]) -> None:
         """Put the ``DOMAIN_RATE_LIMITS`` setting in ``<spider>:rates`` without overwriting live edits."""

@@ -9,6 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -31,7 +32,8 @@ class SharedPolitenessMiddleware:
     """Settings: ``DOMAIN_RATE_LIMIT`` (requests/second per host for the whole crawl, 0 = none),
     ``DOMAIN_RATE_LIMITS`` (``{host: rate}``, seeded into ``<spider>:rates``, which is live),
     ``DOMAIN_CONCURRENCY`` (requests in flight per host across the cluster, 0 = none; enforced
-    by the frontier), ``POLITENESS_REFRESH`` (seconds between re-reads of the live rates),
+    by the frontier), ``POLITENESS_REFRESH`` (seconds between re-reads of the live rates; a host
+    slowed, paused or given a Crawl-delay by another worker is known at once, by pub/sub),
     ``POLITENESS_MIN_FACTOR``, ``POLITENESS_RECOVERY_STEP``, ``POLITENESS_BASE_RATE`` (the rate a
     host without one gets on its first 429/503, requests/second), ``RETRY_AFTER_MAX`` (cap,
     seconds)."""
@@ -55,6 +57,7 @@ class SharedPolitenessMiddleware:
             fail_at_open(crawler, "Setting DOMAIN_RATE_LIMITS must map hosts to rates >= 0 (requests/second): %s", exc)
             self.seed = {}
         self.politeness: Politeness | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._active: set[str] = set(self.seed)
         self._next_refresh = 0.0
         self._slowed: set[str] = set()
@@ -62,6 +65,11 @@ class SharedPolitenessMiddleware:
 
     def _on_host_limited(self, host: str) -> None:
         self._active.add(host)
+
+    async def _stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedPolitenessMiddleware:
@@ -77,6 +85,8 @@ class SharedPolitenessMiddleware:
                 client, keys, default_rate=self.default_rate, min_factor=self.min_factor, recovery_step=self.recovery_step, base_rate=self.base_rate
             )
             await self.politeness.seed_rates(self.seed)
+            self._watcher = asyncio.get_running_loop().create_task(self.politeness.watch(self._on_host_limited))
+            self.crawler.signals.connect(self._stop_watching, signals.spider_closed)
         if time.monotonic() >= self._next_refresh:
             self._next_refresh = time.monotonic() + self.refresh
             self._active = await self.politeness.active_hosts()
