@@ -50,12 +50,15 @@ class RedisCommand(ScrapyCommand):
             return self._fail(f"Redis error: {describe_error(exc)}")
         finally:
             client.close()
-        if result is None:  # execute() reported an error
+        if result is None:  # execute() reported an error, or printed its own output
             return
+        self.emit(result, opts)
+
+    def emit(self, result: dict[str, Any], opts: argparse.Namespace) -> None:
         if opts.json:
-            print(json.dumps(result, ensure_ascii=False))
+            print(json.dumps(result, ensure_ascii=False), flush=True)
         else:
-            print(self.describe(result))
+            print(self.describe(result), flush=True)
 
     def _fail(self, message: str) -> None:
         """Report a setup error: one line on stderr, exit status 2 (execute() then returns None)."""

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 
 from tests.conftest import ROOT
 
@@ -66,3 +67,35 @@ def test_replay_setup_errors_are_one_line(redis_url):
     assert done.stdout == ""
     done = run(["requeue", "site"], {"REDIS_URL": "redis://127.0.0.1:1/0?password=s3cretpw"})
     assert done.returncode == 2 and "s3cretpw" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_push_checks_payloads_like_a_worker(redis_url, redis_client):
+    done = run(["push", "site", "http://a.example/", "not a url", '{"url": "ftp://x"}', '{"url": "http://b.example/", "meta": {"depth": "x"}}', "--json"], {"REDIS_URL": redis_url})
+    assert done.returncode == 1  # some refused
+    result = json.loads(done.stdout)
+    assert result["pushed"] == 1
+    assert [r["reason"] for r in result["refused"]] == ["bad_url", "bad_scheme", "bad_field"]
+    assert redis_client.lrange("site:start_urls", 0, -1) == [b"http://a.example/"]
+    assert run(["push", "nosuch", "http://x/"], {"REDIS_URL": redis_url}).returncode == 2
+
+
+def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SCHEDULER_PERSIST": "True", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}
+    workers = start_workers(2, settings=settings, env=env)
+    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        during = json.loads(run(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
+        if during["pages"] >= 20:
+            break
+        time.sleep(1)
+    assert len(during["workers"]) == 2 and not during["idle"]
+    assert during["frontier"]["queued"] + during["frontier"]["in_flight"] > 0
+    for w in workers:
+        assert w.wait() == 0
+    after = json.loads(run(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
+    assert after["idle"] and after["workers"] == [] and after["frontier"]["in_flight"] == 0
+    assert after["dupefilter_size"] == redis_client.scard("site:dupefilter") >= mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 526
+    text = run(["status", "site"], {"REDIS_URL": redis_url}).stdout
+    assert text.startswith("crawl 'site': idle")
