@@ -151,7 +151,7 @@ def mysql_server():
 def mysql_url(mysql_server):
     conn, name = mysql_server
     with conn.cursor() as cur:
-        cur.execute(f"SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (name,))
         for (table,) in cur.fetchall():
             cur.execute(f"DROP TABLE `{name}`.`{table}`")
     password = os.environ.get("TEST_MYSQL_PASSWORD", "")

@@ -3,7 +3,6 @@
 import asyncio
 import time
 
-import pytest
 import redis
 import redis.asyncio
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import datetime, timezone
+from datetime import timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
