@@ -45,7 +45,7 @@ class RedisCommand(ScrapyCommand):
         if args[0] not in get_spider_loader(self.settings).list():
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
-            result = self.execute(client, Keys.from_settings(self.settings, args[0]), opts)
+            result = self.execute(client, Keys.for_spider(self.settings, args[0]), opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
         finally:

@@ -11,7 +11,7 @@ from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.keys import Keys
 from scrapy.settings import Settings
 
-KEYS = Keys.from_settings(Settings(), "site")
+KEYS = Keys.for_spider(Settings(), "site")
 
 
 def run(coro):

@@ -37,7 +37,7 @@ class Keys:
     items: str
 
     @classmethod
-    def from_settings(cls, settings: BaseSettings, spider_name: str) -> Keys:
+    def for_spider(cls, settings: BaseSettings, spider_name: str) -> Keys:
         values = {"spider": spider_name, "name": spider_name}
         return cls(
             spider=spider_name,

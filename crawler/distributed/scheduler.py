@@ -113,7 +113,7 @@ class FrontierScheduler(BaseScheduler):
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
         settings = self.crawler.settings
-        self.keys = Keys.from_settings(settings, spider.name)
+        self.keys = Keys.for_spider(settings, spider.name)
         url = settings.get("REDIS_URL")
         try:
             client = shared_redis(self.crawler)

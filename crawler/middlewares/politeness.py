@@ -80,7 +80,7 @@ class SharedPolitenessMiddleware:
             client = optional_shared_redis(self.crawler)
             if client is None:
                 return None
-            keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
+            keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
             self.politeness = Politeness(
                 client, keys, default_rate=self.default_rate, min_factor=self.min_factor, recovery_step=self.recovery_step, base_rate=self.base_rate
             )

@@ -63,7 +63,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         return parser
 
     async def _shared_parser(self, client: Any, request: Request, netloc: str) -> RobotParser | None:
-        keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
+        keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
         key = keys.robots(netloc)
         deadline = time.monotonic() + LOCK_SECONDS
         while True:

@@ -70,7 +70,7 @@ class RedisCachePipeline:
         return cls(crawler)
 
     async def open_spider(self) -> None:
-        self.keys = Keys.from_settings(self.crawler.settings, self.crawler.spider.name)
+        self.keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
         self.redis = optional_shared_redis(self.crawler)
         self._put = self.redis.register_script(_PUT) if self.redis is not None else None
         self.crawler.signals.connect(self._on_stored, items_stored)

@@ -76,7 +76,7 @@ class StoragePipeline:
 
     async def open_spider(self) -> None:
         spider = self.crawler.spider
-        self.keys = Keys.from_settings(self.crawler.settings, spider.name)
+        self.keys = Keys.for_spider(self.crawler.settings, spider.name)
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
         try:

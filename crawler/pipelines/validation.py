@@ -41,7 +41,7 @@ class ValidationPipeline:
 
     async def open_spider(self) -> None:
         spider = self.crawler.spider
-        self.key = Keys.from_settings(self.crawler.settings, spider.name).items_invalid
+        self.key = Keys.for_spider(self.crawler.settings, spider.name).items_invalid
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
 
