@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -104,10 +107,6 @@ def node_id_of(crawler: Any) -> str:
     in ``redis-cli``, shared by the scheduler (leases) and the storage pipeline (replays)."""
     key = id(crawler)
     if key not in _node_ids:
-        import os
-        import socket
-        import uuid
-
         _node_ids[key] = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     return _node_ids[key]
 

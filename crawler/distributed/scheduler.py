@@ -32,6 +32,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.python.failure import Failure
 
+from crawler.deadletter import DeadLetters
 from crawler.distributed.connection import ConfigError, describe_error, node_id_of, redact_url, shared_redis, sync_redis
 from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, now_ms, slot_of
@@ -128,6 +129,7 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.redis = client
+        self.dead = DeadLetters(client, settings.get("DEAD_LETTER_DIR", "."))
         self.frontier = Frontier(
             client, self.keys, self.node_id, start_urls_as_set=self.start_as_set, default_rate=self.domain_rate, concurrency_cap=self.domain_concurrency
         )
@@ -376,27 +378,31 @@ class FrontierScheduler(BaseScheduler):
     async def _feed_start_urls(self) -> None:
         assert self.spider is not None
         raws = await self.frontier.take_start_urls(self.start_batch)
+        refused: list[dict[str, Any]] = []
         for raw in raws:
             self._to_ack.append(START_PREFIX + raw)
             try:
                 request, unknown = parse_start_payload(raw, self.spider, self.start_max_bytes)
             except RequestRefused as exc:
-                self._refuse_start(raw, exc)
+                refused.append(self._refuse_start(raw, exc))
                 continue
             if unknown:
                 logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
                 self.stats.inc_value("start_urls/unknown_keys")
             outcome = self._enqueue(request)
             if outcome == "refused":
-                self._refuse_start(raw, RequestRefused("refused", "the frontier refused the request"))
+                refused.append(self._refuse_start(raw, RequestRefused("refused", "the frontier refused the request")))
             else:
                 self.stats.inc_value("start_urls/accepted")
+        # Kept (one round trip for the batch) before their leases are released by the next flush.
+        await self.dead.push(self.keys.start_urls_invalid, refused)
 
-    def _refuse_start(self, raw: bytes, exc: RequestRefused) -> None:
+    def _refuse_start(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:
+        """Log and count a refused start-URL payload; returns its dead-letter record."""
         shown = raw[:200].decode("utf-8", "replace")
         logger.warning("Refused start URL payload %r (%s): %s", shown, exc.reason, exc)
         self.stats.inc_value(f"start_urls/refused/{exc.reason}")
-        record = {
+        return {
             "reason": exc.reason,
             "detail": str(exc),
             "payload": raw[: self.start_max_bytes].decode("utf-8", "replace"),
@@ -404,14 +410,6 @@ class FrontierScheduler(BaseScheduler):
             "node": self.node_id,
             "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        # Not atomic with the acknowledgement, but refusals are rare and the payload is logged.
-        asyncio.get_running_loop().create_task(self._push_refused(json.dumps(record, ensure_ascii=False)))
-
-    async def _push_refused(self, record: str) -> None:
-        try:
-            await self.redis.lpush(self.keys.start_urls_invalid, record)
-        except _REDIS_ERRORS as exc:
-            logger.error("Could not keep a refused start URL in %s (%s): %s", self.keys.start_urls_invalid, describe_error(exc), record[:500])
 
     def _node_info(self) -> dict[str, Any]:
         return {
