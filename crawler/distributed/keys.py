@@ -48,6 +48,21 @@ class Keys:
         )
 
     @property
+    def dupefilter_meta(self) -> str:
+        """Who wrote the dupefilter: hash of ``fingerprinter``, ``probe``, ``layout``."""
+        return self.dupefilter + ":meta"
+
+    @property
+    def bloom(self) -> str:
+        """Bloom mode: hash of the filter chain's layout and counts; bits in ``<bloom>:<i>:<segment>``."""
+        return self.dupefilter + ":bloom"
+
+    @property
+    def forgotten(self) -> str:
+        """Bloom mode: set of hex fingerprints to let through the dupefilter once more."""
+        return self.dupefilter + ":forgotten"
+
+    @property
     def queue_prefix(self) -> str:
         """Prefix of the per-host request queues: ``<spider>:requests:`` + host."""
         return self.queue + ":"
