@@ -58,6 +58,10 @@ local function bloom_grow(t)
   local p = t.err / 2 ^ (i + 1)
   local k = math.ceil(-math.log(p) / math.log(2))
   local bits = math.ceil(-cap * math.log(p) / (math.log(2) ^ 2))
+  if bits > 2 ^ 42 then
+    bits = 2 ^ 42
+    cap = math.floor(-bits * (math.log(2) ^ 2) / math.log(p))
+  end
   t.f[i] = {cap = cap, k = k, bits = bits, count = 0, key = BLOOM .. ':' .. i .. ':'}
   t.n = i + 1
   redis.call('HSET', BLOOM, i .. ':cap', cap, i .. ':k', k, i .. ':bits', bits, i .. ':count', 0, 'n', t.n)

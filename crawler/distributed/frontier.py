@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from crawler.distributed.dupefilter import LUA_SEEN, DedupConfig
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -35,25 +37,32 @@ if TYPE_CHECKING:
 #: Field prefix of a raw start-URL payload held under lease.
 START_PREFIX = b"start:"
 
-_PUSH = """
--- KEYS: dupefilter, slots index, lease hash, failed list
+_PUSH = (
+    """
+-- KEYS: dupefilter, slots index, lease hash, failed list, forgotten set, bloom hash
 -- ARGV: queue prefix, now ms, n_push, n_ack, n_failed,
 --       n_push x (fingerprint or '', host, score, payload), n_ack x field, n_failed x entry,
---       politeness prefix
+--       politeness prefix, dedup layout, age ms, bloom capacity, bloom error rate
 local prefix, now = ARGV[1], ARGV[2]
-local pprefix = ARGV[#ARGV]
+local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
+local pprefix, MODE, AGE, CAP0, ERR = ARGV[#ARGV - 4], ARGV[#ARGV - 3], tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1]), tonumber(ARGV[#ARGV])
+local NOW = tonumber(now)
+"""
+    + LUA_SEEN
+    + """
 local np, na, nf = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local added = 0
 local i = 6
 for _ = 1, np do
   local fp = ARGV[i]
-  if fp == '' or redis.call('SADD', KEYS[1], fp) == 1 then
+  if fp == '' or seen_add(fp) then
     redis.call('ZADD', prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
     redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
     added = added + 1
   end
   i = i + 4
 end
+bloom_flush()
 for _ = 1, na do
   local val = redis.call('HGET', KEYS[3], ARGV[i])
   if val then
@@ -69,6 +78,7 @@ for _ = 1, nf do
 end
 return added
 """
+)
 
 _LEASE = """
 -- KEYS: slots index, lease hash, rate overrides hash.
@@ -213,7 +223,7 @@ return got
 """
 
 _STATUS = """
--- KEYS: slots index, nodes zset, start_urls, dupefilter, failed.
+-- KEYS: slots index, nodes zset, start_urls, dupefilter, failed, bloom hash.
 -- ARGV: queue prefix, lease prefix, deep (1: count every host queue), start urls as set
 local hosts = redis.call('ZCARD', KEYS[1])
 local depth = 0
@@ -227,7 +237,11 @@ local nodes = redis.call('ZRANGE', KEYS[2], 0, -1)
 for _, node in ipairs(nodes) do inflight = inflight + redis.call('HLEN', ARGV[2] .. node) end
 local starts
 if ARGV[4] == '1' then starts = redis.call('SCARD', KEYS[3]) else starts = redis.call('LLEN', KEYS[3]) end
-return {hosts, depth, inflight, #nodes, starts, redis.call('SCARD', KEYS[4]), redis.call('LLEN', KEYS[5])}
+local kind, seen = redis.call('TYPE', KEYS[4]).ok, 0
+if kind == 'set' then seen = redis.call('SCARD', KEYS[4])
+elseif kind == 'zset' then seen = redis.call('ZCARD', KEYS[4])
+else seen = tonumber(redis.call('HGET', KEYS[6], 'count') or '0') end
+return {hosts, depth, inflight, #nodes, starts, seen, redis.call('LLEN', KEYS[5])}
 """
 
 
@@ -272,9 +286,18 @@ class Frontier:
     """One crawl's frontier, seen from one node."""
 
     def __init__(
-        self, redis: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False, default_rate: float = 0.0, concurrency_cap: int = 0
+        self,
+        redis: Redis,
+        keys: Keys,
+        node_id: str,
+        *,
+        start_urls_as_set: bool = False,
+        default_rate: float = 0.0,
+        concurrency_cap: int = 0,
+        dedup: DedupConfig | None = None,
     ) -> None:
-        """``default_rate``: requests/second per host for every worker together (0: none; a
+        """``dedup``: the dupefilter's layout (exact set by default);
+        ``default_rate``: requests/second per host for every worker together (0: none; a
         host's entry in ``<spider>:rates`` and its robots.txt Crawl-delay override it);
         ``concurrency_cap``: requests in flight per host across the cluster (0: none)."""
         self.redis = redis
@@ -282,6 +305,7 @@ class Frontier:
         self.concurrency_cap = concurrency_cap
         self.next_due_ms = -1
         self.keys = keys
+        self.dedup = dedup or DedupConfig()
         self.node_id = node_id
         self.lease_key = keys.leases(node_id)
         self._as_set = "1" if start_urls_as_set else "0"
@@ -303,8 +327,9 @@ class Frontier:
         args += acks
         args += failed
         k = self.keys
-        args.append(k.politeness_prefix)
-        return int(await self._push(keys=[k.dupefilter, k.slots, self.lease_key, k.failed], args=args))
+        mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
+        args += (k.politeness_prefix, mode, age, capacity, error_rate)
+        return int(await self._push(keys=[k.dupefilter, k.slots, self.lease_key, k.failed, k.forgotten, k.bloom], args=args))
 
     async def lease(self, n: int) -> list[bytes]:
         """Take up to ``n`` requests from the hosts that are due, moving them under this node's
@@ -348,16 +373,18 @@ class Frontier:
         (one ZCARD per host, so it is skipped in the idle check)."""
         k = self.keys
         values = await self._status(
-            keys=[k.slots, k.nodes, k.start_urls, k.dupefilter, k.failed],
+            keys=[k.slots, k.nodes, k.start_urls, k.dupefilter, k.failed, k.bloom],
             args=[k.queue_prefix, k.lease_prefix, "1" if deep else "0", self._as_set],
         )
         return Status(*(int(v) for v in values))
 
     async def clear(self) -> None:
-        """Delete the queues, dupefilter and per-host politeness state of this crawl
+        """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl
         (SCHEDULER_PERSIST=False, last node). Live rates (``<spider>:rates``) stay: they are
         configuration."""
         hosts = await self.redis.zrange(self.keys.slots, 0, -1)
-        keys = [self.keys.queue_prefix.encode() + h for h in hosts] + [self.keys.slots, self.keys.dupefilter]
+        k = self.keys
+        keys = [k.queue_prefix.encode() + h for h in hosts] + [k.slots, k.dupefilter, k.dupefilter_meta, k.bloom, k.forgotten]
+        keys += [key async for key in self.redis.scan_iter(match=k.bloom + ":*", count=1000)]
         keys += [k async for k in self.redis.scan_iter(match=self.keys.politeness_prefix + "*", count=1000)]
         await self.redis.delete(*keys)

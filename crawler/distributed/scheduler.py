@@ -34,6 +34,8 @@ from twisted.python.failure import Failure
 
 from crawler.deadletter import DeadLetters
 from crawler.distributed.connection import ConfigError, describe_error, node_id_of, redact_url, shared_redis, sync_redis
+from crawler.distributed.dupefilter import DedupConfig, DupefilterMismatch, fingerprinter_id
+from crawler.distributed.dupefilter import claim as claim_dupefilter
 from crawler.distributed.heartbeat import Heartbeat
 from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, now_ms, slot_of
 from crawler.distributed.keys import Keys
@@ -82,6 +84,11 @@ class FrontierScheduler(BaseScheduler):
         self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, 0.0, minimum=0)
         self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, 0, minimum=0)
         self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, 200_000, minimum=0)
+        try:
+            self.dedup = DedupConfig.from_settings(settings)
+        except ValueError as exc:
+            fail_at_open(crawler, "%s", exc)
+            self.dedup = DedupConfig()
         self.node_id = node_id_of(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -128,10 +135,25 @@ class FrontierScheduler(BaseScheduler):
         except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
+        try:
+            if await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter):
+                logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
+        except DupefilterMismatch as exc:
+            fail_at_open(self.crawler, "%s", exc)
+            return
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+            fail_at_open(self.crawler, "REDIS_URL %s: cannot read the dupefilter %s (%s)", redact_url(url), self.keys.dupefilter, describe_error(exc))
+            return
         self.redis = client
         self.dead = DeadLetters(client, settings.get("DEAD_LETTER_DIR", "."))
         self.frontier = Frontier(
-            client, self.keys, self.node_id, start_urls_as_set=self.start_as_set, default_rate=self.domain_rate, concurrency_cap=self.domain_concurrency
+            client,
+            self.keys,
+            self.node_id,
+            start_urls_as_set=self.start_as_set,
+            default_rate=self.domain_rate,
+            concurrency_cap=self.domain_concurrency,
+            dedup=self.dedup,
         )
         self._loop = asyncio.get_running_loop()
         self.heartbeat = Heartbeat(
