@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
     """Frontier, leases, workers and dead-letter counts of one crawl, in two round trips."""
     values = client.register_script(_STATUS)(
-        keys=[keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed],
+        keys=[keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed, keys.bloom],
         args=[keys.queue_prefix, keys.lease_prefix, "1", "1" if start_urls_as_set else "0"],
     )
     status = Status(*(int(v) for v in values))
