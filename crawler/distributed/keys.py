@@ -1,9 +1,9 @@
 """Every Redis key this project writes, in one place (as scrapy-redis's ``defaults.py``).
 
 Templates take ``%(spider)s``; the scrapy-redis names (``<spider>:requests``,
-``<spider>:dupefilter``, ``<spider>:start_urls``, ``<spider>:items``) and their settings
-(``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_DUPEFILTER_KEY``, ``REDIS_START_URLS_KEY``,
-``REDIS_ITEMS_KEY``) are kept so a scrapy-redis user finds the same keys in ``redis-cli``.
+``<spider>:dupefilter``, ``<spider>:start_urls``, ``<spider>:items``, ``<spider>:stats``) and
+their settings (``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_DUPEFILTER_KEY``, ``REDIS_START_URLS_KEY``,
+``REDIS_ITEMS_KEY``, ``STATS_KEY``) are kept so a scrapy-redis user finds the same keys in ``redis-cli``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 START_URLS_KEY = "%(name)s:start_urls"
 #: Optional copy of every stored item (scrapy-redis's RedisPipeline list).
 ITEMS_KEY = "%(spider)s:items"
+#: Cluster-wide totals (scrapy-redis's STATS_KEY): a hash of counters every worker adds its deltas to.
+STATS_KEY = "%(spider)s:stats"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Keys:
     dupefilter: str
     start_urls: str
     items: str
+    stats: str
 
     @classmethod
     def for_spider(cls, settings: BaseSettings, spider_name: str) -> Keys:
@@ -45,6 +48,7 @@ class Keys:
             dupefilter=settings.get("SCHEDULER_DUPEFILTER_KEY", SCHEDULER_DUPEFILTER_KEY) % values,
             start_urls=settings.get("REDIS_START_URLS_KEY", START_URLS_KEY) % values,
             items=settings.get("REDIS_ITEMS_KEY", ITEMS_KEY) % values,
+            stats=settings.get("STATS_KEY", STATS_KEY) % values,
         )
 
     @property
