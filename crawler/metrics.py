@@ -1,8 +1,7 @@
 """The Prometheus metrics a worker exposes (prometheus-client), defined once.
 
 :data:`METRIC_NAMES` lists the exposed family names, the ones to use in PromQL and dashboards
-(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``; a counter
-``X_total`` also exposes ``X_created``). :class:`Metrics` builds them all in a registry of
+(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics` builds them all in a registry of
 their own, one per crawler, so that two crawlers in one process never clash; the extension
 ``crawler.extensions.observability.Observability`` fills them and serves them over HTTP.
 """
@@ -11,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.metrics import MetricWrapperBase
 
 
@@ -60,6 +59,9 @@ class Metrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        # No ``*_created`` series (prometheus-client's process-wide switch): they double the
+        # exposition and no query here uses them.
+        disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         for spec in METRICS:
             kwargs = {"buckets": LATENCY_BUCKETS} if spec.kind is Histogram else {}

@@ -48,3 +48,17 @@ RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408, 429]
 
 FEED_EXPORT_ENCODING = "utf-8"
 LOG_FORMATTER = "crawler.logformatter.LogFormatter"
+
+# Logs and metrics (README "Logs and metrics"). Each is also read from the environment variable
+# of the same name; -s wins over both.
+LOG_JSON = os.environ.get("LOG_JSON", "False")
+METRICS_ENABLED = os.environ.get("METRICS_ENABLED", "True")
+METRICS_HOST = os.environ.get("METRICS_HOST", "127.0.0.1")
+METRICS_PORT = os.environ.get("METRICS_PORT", "9410-9429")
+EXTENSIONS = {
+    # Scrapy's progress line, plus the cluster's figures in distributed mode.
+    "scrapy.extensions.logstats.LogStats": None,
+    "crawler.extensions.logstats.ClusterLogStats": 0,
+    # Prometheus metrics, cluster totals in <spider>:stats, JSON logs.
+    "crawler.extensions.observability.Observability": 0,
+}

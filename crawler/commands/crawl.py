@@ -8,17 +8,30 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+from scrapy.exceptions import UsageError
 
+from crawler import logjson
 from crawler.startup import CONFIG_ERROR
 
 if TYPE_CHECKING:
+    import argparse
+
     from scrapy.crawler import Crawler
 
 
-
 class Command(ScrapyCrawlCommand):
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        assert self.settings is not None
+        # LOG_JSON: the JSON handler must be in place before the CrawlerProcess logs its first line.
+        try:
+            logjson.install_early(self.settings, args[0] if args else None)
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+
     def _create_crawler(self, spidercls: Any) -> Crawler:
         crawler = super()._create_crawler(spidercls)
+        logjson.set_crawler(crawler)
         crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
         return crawler
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
-    """Frontier, leases, workers and dead-letter counts of one crawl, in two round trips."""
+    """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
+    ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
     values = client.register_script(_STATUS)(
         keys=[keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed, keys.bloom],
         args=[keys.queue_prefix, keys.lease_prefix, "1", "1" if start_urls_as_set else "0"],
@@ -31,6 +32,7 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
             pipe.hlen(keys.leases(node.decode()))
         for key in (keys.start_urls_invalid, keys.items_invalid, keys.items_pending):
             pipe.llen(key)
+        pipe.hgetall(keys.stats)
         answers = pipe.execute()
     workers = []
     for i, (node, beat) in enumerate(nodes):
@@ -47,9 +49,10 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
                 "leases": answers[2 * i + 1],
                 "pages_per_min": round(pages / max(1.0, now - started) * 60, 1),
                 "last_beat_s": round(now - beat / 1000, 1),
+                "metrics": info.get("metrics"),
             }
         )
-    start_invalid, items_invalid, items_pending = answers[-3:]
+    start_invalid, items_invalid, items_pending, totals = answers[-4:]
     return {
         "spider": keys.spider,
         "frontier": {"queued": status.depth, "hosts": status.hosts, "in_flight": status.inflight, "start_urls_waiting": status.start_urls},
@@ -59,6 +62,7 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
         "items": sum(w["items"] for w in workers),
         "dead_letters": {"requests_failed": status.failed, "start_urls_invalid": start_invalid, "items_invalid": items_invalid, "items_pending": items_pending},
         "idle": status.idle,
+        "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
     }
 
 
@@ -92,8 +96,10 @@ class Command(RedisCommand):
             f"  frontier: {f['queued']} queued on {f['hosts']} hosts, {f['in_flight']} in flight, {f['start_urls_waiting']} start URLs waiting",
             f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
             f"  dead letters: {d['requests_failed']} failed requests, {d['start_urls_invalid']} refused start URLs, {d['items_invalid']} invalid items, {d['items_pending']} items pending",
+            "  totals (every worker since the crawl began): " + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
             f"  workers: {len(result['workers'])}",
         ]
         for w in result["workers"]:
-            lines.append(f"    {w['node']}: {w['pages']} pages ({w['pages_per_min']}/min), {w['items']} items, {w['leases']} leases, last beat {w['last_beat_s']}s ago")
+            metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
+            lines.append(f"    {w['node']}: {w['pages']} pages ({w['pages_per_min']}/min), {w['items']} items, {w['leases']} leases, last beat {w['last_beat_s']}s ago{metrics}")
         return "\n".join(lines)

@@ -105,6 +105,7 @@ class SharedPolitenessMiddleware:
             return
         if wait > 0:
             self.stats.inc_value("politeness/delayed")
+            self.stats.inc_value("politeness/wait_seconds", wait)  # crawler_politeness_wait_seconds_total
             await asyncio.sleep(wait)
 
     async def process_response(self, request: Request, response: Response) -> Any:
