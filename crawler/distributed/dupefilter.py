@@ -10,8 +10,8 @@ Three layouts of ``<spider>:dupefilter`` (setting ``DUPEFILTER_MODE``):
 - ``bloom``: a scalable Bloom filter (Almeida et al., "Scalable Bloom Filters", 2007): filter
   ``i`` holds ``DUPEFILTER_BLOOM_CAPACITY * 2**i`` fingerprints at a false-positive rate of
   ``DUPEFILTER_BLOOM_ERROR_RATE / 2**(i+1)``, so the whole chain stays under the configured rate
-  however far it grows. Bits live in ``<spider>:dupefilter:bloom:<i>:<segment>`` (strings of at
-  most 2**31 bits; Redis caps a string at 512 MB; a filter at most 2**42 bits), the layout and counts in the hash
+  however far it grows. Bits live in ``<spider>:dupefilter:bloom:<i>:<segment>`` (strings of
+  4 MB, each filling one jemalloc size class; a filter has at most 2**42 bits), the layout and counts in the hash
   ``<spider>:dupefilter:bloom``. The ``k`` bit positions come from two 52-bit parts of the
   fingerprint by enhanced double hashing (Dillinger and Manolios, 2004). About 3.8 bytes per URL at 1e-6 when a filter is full. A Bloom filter cannot delete: forgotten fingerprints
   go to ``<spider>:dupefilter:forgotten`` and are let through once.
@@ -39,8 +39,9 @@ if TYPE_CHECKING:
     from crawler.distributed.keys import Keys
 
 MODES = ("exact", "bloom")
-#: Bits per Redis string holding part of a Bloom filter (256 MB; Redis allows 512 MB).
-SEGMENT_BITS = 2**31
+#: Bits per Redis string holding part of a Bloom filter: 4 MB less 64 bytes, so that a segment
+#: and its header fill one jemalloc size class (a 37.7 MB string would take a 40 MB one).
+SEGMENT_BITS = (4 * 1024 * 1024 - 64) * 8
 #: The request whose fingerprint identifies a fingerprinter's algorithm in the meta hash.
 PROBE = Request("http://fingerprint.probe/path?b=2&a=1#frag", method="POST", body=b"probe", headers={"X-Probe": "1"})
 
@@ -49,7 +50,7 @@ PROBE = Request("http://fingerprint.probe/path?b=2&a=1#frag", method="POST", bod
 # BLOOM (layout hash key), MODE ('set' | 'zset' | 'bloom'), NOW (ms), AGE (ms, zset only),
 # CAP0 and ERR (bloom parameters for a new chain).
 LUA_SEEN = """
-local SEG = 2147483648
+local SEG = @SEGMENT_BITS@
 local forgotten_any = redis.call('EXISTS', FORGOTTEN) == 1
 local layout = nil
 local function bloom_grow(t)
@@ -65,6 +66,11 @@ local function bloom_grow(t)
   t.f[i] = {cap = cap, k = k, bits = bits, count = 0, key = BLOOM .. ':' .. i .. ':'}
   t.n = i + 1
   redis.call('HSET', BLOOM, i .. ':cap', cap, i .. ':k', k, i .. ':bits', bits, i .. ':count', 0, 'n', t.n)
+  -- Allocate the bits now, each segment exactly sized (SET of zeros): a string grown by SETBIT
+  -- gets up to 1 MB more than it needs.
+  for seg = 0, math.floor((bits - 1) / SEG) do
+    redis.call('SET', t.f[i].key .. seg, string.rep('\0', math.ceil(math.min(SEG, bits - seg * SEG) / 8)))
+  end
 end
 local function bloom_layout()
   if layout then return layout end
@@ -155,16 +161,19 @@ local function seen_add(fp)
     if bloom_has(t.f[i], h1, h2) then return false end
   end
   local last = t.f[t.n - 1]
+  if last.count >= last.cap then
+    -- Full: it becomes read-only, and the next filter is made when first needed.
+    if bloom_has(last, h1, h2) then return false end
+    redis.call('HSET', BLOOM, (t.n - 1) .. ':count', last.count)
+    bloom_grow(t)
+    last = t.f[t.n - 1]
+  end
   if bloom_set(last, h1, h2) then return false end
   last.count = last.count + 1
   t.added = t.added + 1
-  if last.count >= last.cap then
-    redis.call('HSET', BLOOM, (t.n - 1) .. ':count', last.count)
-    bloom_grow(t)
-  end
   return true
 end
-"""
+""".replace("@SEGMENT_BITS@", str(SEGMENT_BITS))
 
 _DEDUP = (
     """
