@@ -173,12 +173,35 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
         assert "Traceback" not in w.output and " ERROR: " not in w.output
 
 
+def test_embedded_worker_serves_counters_without_redis_gauges(docs_site, start_worker):
+    worker = start_worker(settings={"CLOSESPIDER_PAGECOUNT": "15", "DOWNLOAD_DELAY": "0.2", "METRICS_PORT": "0"}, args=["-a", f"url={docs_site.url}library/json.html"])
+    worker.wait_for(r"Serving Prometheus metrics on http://127\.0\.0\.1:\d+/metrics")
+    address = re.search(r"metrics on http://(127\.0\.0\.1:\d+)/metrics", worker.output).group(1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        samples = scrape(address)
+        if (value(samples, "crawler_items_stored_total") or 0) > 0:
+            break
+        time.sleep(0.2)
+    assert value(samples, "crawler_pages_total") >= 2
+    assert value(samples, "crawler_responses_total", status="200") >= 1
+    assert value(samples, "crawler_download_latency_seconds_count") >= 2
+    assert not [key for key in samples if key[0] in ("crawler_frontier_depth", "crawler_leases_inflight", "crawler_dead_letters")]
+    assert worker.wait() == 0
+    assert worker.stat("item_stored_count") == worker.stat("item_scraped_count") > 0
+    assert f"'metrics/address': '{address}'" in worker.output
+
+
 def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
     base = ["crawl", "site", "-a", "url=http://127.0.0.1:9/", "-s", f"SQLITE_PATH={tmp_path / 'x.sqlite3'}", "-s", "TELNETCONSOLE_ENABLED=False"]
     done = run([*base, "-s", "METRICS_PORT=9430-9410"], {})
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "Setting METRICS_PORT='9430-9410' is not a port" in errors[0]
+    done = run([*base, "-s", "METRICS_HOST=256.1.1.1"], {})
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "METRICS_HOST='256.1.1.1'" in errors[0] and "cannot serve metrics there" in errors[0]
     done = run(base, {"LOG_JSON": "maybe"})
     assert done.returncode == 2
     assert "LOG_JSON='maybe' is not a boolean" in done.stderr and "Traceback" not in done.stderr

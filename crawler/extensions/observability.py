@@ -170,6 +170,10 @@ class Observability:
         self.interval = read_setting(crawler, "METRICS_REFRESH_INTERVAL", float, 5.0, above=0)
         self.start_urls_as_set = settings.getbool("REDIS_START_URLS_AS_SET")
         self.metrics = Metrics()
+        # the labelled children updated per response, looked up once
+        self._pages = self.metrics.pages.labels(spider=self.spider_name)
+        self._latency = self.metrics.download_latency_seconds.labels(spider=self.spider_name)
+        self._by_status: dict[int, Any] = {}
         self.server: WSGIServer | None = None
         #: ``host:port`` recorded in the node registry, once the server listens.
         self.address: str | None = None
@@ -193,12 +197,14 @@ class Observability:
     # -- counters ---------------------------------------------------------------------
 
     def response_received(self, response: Response, request: Request) -> None:
-        m, spider = self.metrics, self.spider_name
-        m.pages.labels(spider=spider).inc()
-        m.responses.labels(spider=spider, status=str(response.status)).inc()
+        self._pages.inc()
+        by_status = self._by_status.get(response.status)
+        if by_status is None:
+            by_status = self._by_status[response.status] = self.metrics.responses.labels(spider=self.spider_name, status=str(response.status))
+        by_status.inc()
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)):
-            m.download_latency_seconds.labels(spider=spider).observe(latency)
+            self._latency.observe(latency)
 
     def items_stored(self, items: list[Any]) -> None:
         if items:
