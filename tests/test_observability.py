@@ -60,7 +60,7 @@ def test_json_logs_every_line_with_spider_node_and_url(docs_site, start_worker, 
         busy.listen()
         taken = busy.getsockname()[1]
         worker = start_worker(
-            settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "CLOSESPIDER_PAGECOUNT": "12", "LOG_LEVEL": "DEBUG", "METRICS_PORT": str(taken)},
+            settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "CLOSESPIDER_PAGECOUNT": "12", "CONCURRENT_REQUESTS": "4", "LOG_LEVEL": "DEBUG", "METRICS_PORT": str(taken)},
             env={"REDIS_URL": redis_url, "LOG_JSON": "1"},
         )
         worker.wait_for("Joined the crawl")
@@ -174,7 +174,7 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
 
 
 def test_embedded_worker_serves_counters_without_redis_gauges(docs_site, start_worker):
-    worker = start_worker(settings={"CLOSESPIDER_PAGECOUNT": "15", "DOWNLOAD_DELAY": "0.2", "METRICS_PORT": "0"}, args=["-a", f"url={docs_site.url}library/json.html"])
+    worker = start_worker(settings={"CLOSESPIDER_PAGECOUNT": "10", "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.2", "METRICS_PORT": "0"}, args=["-a", f"url={docs_site.url}library/json.html"])
     worker.wait_for(r"Serving Prometheus metrics on http://127\.0\.0\.1:\d+/metrics")
     address = re.search(r"metrics on http://(127\.0\.0\.1:\d+)/metrics", worker.output).group(1)
     deadline = time.monotonic() + 60
@@ -205,6 +205,20 @@ def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
     done = run(base, {"LOG_JSON": "maybe"})
     assert done.returncode == 2
     assert "LOG_JSON='maybe' is not a boolean" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_metrics_port_values():
+    from crawler.extensions.observability import parse_ports
+
+    assert parse_ports("9410-9412") == [9410, 9411, 9412]
+    assert parse_ports(9410) == [9410] and parse_ports("0") == [0] and parse_ports(" 65535 ") == [65535]
+    for bad in ("", "abc", "65536", "0-5", "9412-9410", "1-2-3", "-1", "9410,9411", None):
+        try:
+            parse_ports(bad)
+        except ValueError as exc:
+            assert f"METRICS_PORT={bad!r}" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} accepted")
 
 
 def test_metric_names_are_what_a_worker_exposes():

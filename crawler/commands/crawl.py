@@ -1,6 +1,9 @@
 """``scrapy crawl``, exiting with status 2 when the crawl could not start because of a setting
 (an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
-failure. The error itself is one log line that names the setting."""
+failure. The error itself is one log line that names the setting.
+
+With ``LOG_JSON`` on, the JSON log handler (:mod:`crawler.logjson`) is installed here, before
+Scrapy logs its first line, and learns the crawler's node id as soon as the crawler exists."""
 
 from __future__ import annotations
 
