@@ -173,6 +173,35 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
         assert "Traceback" not in w.output and " ERROR: " not in w.output
 
 
+def test_dropped_items_by_reason_and_dead_letter_gauge(start_worker, redis_url, redis_client, tmp_path):
+    from tests.conftest import HttpServer
+
+    root = tmp_path / "site"
+    root.mkdir()
+    # a URL longer than the url column (2048): the validation pipeline drops its item
+    long_name = "/".join(["p" * 202] * 10) + "/page.html"
+    (root / long_name).parent.mkdir(parents=True)
+    (root / long_name).write_text("<html><head><title>long url</title></head><body></body></html>")
+    (root / "index.html").write_text(f'<html><head><title>i</title></head><body><a href="/{long_name}">x</a></body></html>')
+    server = HttpServer(root, "127.0.0.5")
+    try:
+        worker = start_worker(settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "METRICS_REFRESH_INTERVAL": "0.3"}, env={"REDIS_URL": redis_url})
+        address = metrics_addresses(redis_client, [worker])[worker.proc.pid]
+        redis_client.lpush("site:start_urls", f"{server.url}index.html")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and worker.proc.poll() is None:
+            samples = scrape(address)
+            if value(samples, "crawler_dead_letters", kind="items") == 1 and value(samples, "crawler_items_dropped_total", reason="too_long") == 1:
+                break
+            time.sleep(0.2)
+        assert value(samples, "crawler_items_dropped_total", reason="too_long") == 1, samples
+        assert value(samples, "crawler_dead_letters", kind="items") == 1 == redis_client.llen("site:items:invalid")
+        assert worker.wait() == 0, worker.output[-3000:]
+    finally:
+        server.stop()
+    assert int(redis_client.hget("site:stats", "items_dropped")) == worker.stat("item_dropped_count") == 1
+
+
 def test_embedded_worker_serves_counters_without_redis_gauges(docs_site, start_worker):
     worker = start_worker(settings={"CLOSESPIDER_PAGECOUNT": "10", "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.2", "METRICS_PORT": "0"}, args=["-a", f"url={docs_site.url}library/json.html"])
     worker.wait_for(r"Serving Prometheus metrics on http://127\.0\.0\.1:\d+/metrics")
