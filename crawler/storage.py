@@ -7,11 +7,14 @@ a row and a re-crawl updates the row in place.
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pymysql
+from pymysql.constants import SERVER_STATUS
 
 from crawler.distributed.connection import ConfigError, redact_url
 
@@ -24,6 +27,37 @@ if TYPE_CHECKING:
 #: server-side 1053 server shutdown in progress, 1927 connection was killed, 1205 lock wait
 #: timeout, 1213 deadlock (MariaDB error codes: https://mariadb.com/kb/en/mariadb-error-codes/).
 RETRYABLE_MYSQL_ERRORS = frozenset({2003, 2006, 2013, 2014, 2055, 1053, 1927, 1205, 1213, 0})
+
+
+#: Longest multi-row INSERT the MySQL backend sends, in characters (pymysql's own limit for
+#: ``executemany`` is 1,024,000 bytes): well under the server's ``max_allowed_packet`` (16 MB by
+#: default on MariaDB 10.11, 4 MB on MySQL 5.7) even when every character takes 4 bytes.
+MAX_STATEMENT_CHARS = 512_000
+
+
+#: The characters pymysql's ``escape_string`` rewrites (``converters._escape_table``).
+_NEEDS_ESCAPE = re.compile("[\\0\\\\\\n\\r\\032'\"]")
+
+
+def _escape_backslashes(value: str) -> str:
+    """``pymysql.converters.escape_string(value)``, faster: most values need no escaping, and
+    ``str.replace`` beats ``str.translate`` with a table on the others."""
+    if _NEEDS_ESCAPE.search(value) is None:
+        return value
+    return (
+        value.replace("\\", "\\\\")
+        .replace("\0", "\\0")
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\032", "\\Z")
+        .replace("'", "\\'")
+        .replace('"', '\\"')
+    )
+
+
+def _escape_quotes(value: str) -> str:
+    """What pymysql does when the server's ``NO_BACKSLASH_ESCAPES`` mode is on."""
+    return value.replace("'", "''")
 
 
 class ConnectionLost(Exception):
@@ -140,6 +174,46 @@ class MySQLBackend:
         except Exception:
             self.close()
 
+    def _insert_many(self, cur: Any, head: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
+        """Run ``head (row), (row), ... tail`` as few multi-row statements of at most
+        :data:`MAX_STATEMENT_CHARS` characters (one if a row is longer).
+
+        What ``cursor.executemany`` does for an ``INSERT ... VALUES``, with the literals built
+        here: pymysql's per-value escaping (a dispatch and a call per value) cost more CPU than
+        the server's work on a batch of 1 KB rows. ``str`` values are escaped as pymysql's own
+        ``Connection.escape`` does (backslashes, or only doubled quotes when the server's
+        ``NO_BACKSLASH_ESCAPES`` mode is on), ``int`` and ``None`` written as they are, and every
+        other type goes through ``Connection.escape``, as before.
+        """
+        conn = self.conn
+        assert conn is not None
+        escape = conn.escape
+        escape_string = _escape_quotes if conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES else _escape_backslashes
+        values: list[str] = []
+        size = 0
+        for row in rows:
+            literals = []
+            for v in row:
+                t = type(v)
+                if t is str:
+                    literals.append("'" + escape_string(v) + "'")
+                elif v is None:
+                    literals.append("NULL")
+                elif t is int:
+                    literals.append(str(v))
+                elif t is datetime and v.tzinfo is None:
+                    literals.append("'" + v.isoformat(" ") + "'")  # as pymysql's escape_datetime
+                else:
+                    literals.append(escape(v))
+            value = "(" + ",".join(literals) + ")"
+            if values and size + len(value) > MAX_STATEMENT_CHARS:
+                cur.execute(head + ",".join(values) + tail)
+                values, size = [], 0
+            values.append(value)
+            size += len(value) + 1
+        if values:
+            cur.execute(head + ",".join(values) + tail)
+
     def upsert(self, schema: Schema, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
         """Write ``rows`` in one transaction; if the server refuses it, write them one by one.
 
@@ -150,9 +224,11 @@ class MySQLBackend:
         cols = ", ".join(f"`{c}`" for c in schema.columns)
         marks = ", ".join(["%s"] * len(schema.columns))
         updates = ", ".join(f"`{c}` = VALUES(`{c}`)" for c in schema.columns if c != schema.unique_key)
-        sql = f"INSERT INTO `{schema.table}` ({cols}) VALUES ({marks}) ON DUPLICATE KEY UPDATE {updates}"
+        head = f"INSERT INTO `{schema.table}` ({cols}) VALUES "
+        tail = f" ON DUPLICATE KEY UPDATE {updates}"
+        sql = f"{head}({marks}){tail}"
         try:
-            self._run(lambda cur: cur.executemany(sql, rows))
+            self._run(lambda cur: self._insert_many(cur, head, tail, rows))
             return []
         except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.ProgrammingError):
             pass

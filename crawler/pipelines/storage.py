@@ -53,9 +53,13 @@ class StoragePipeline:
         self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
         self.crawler = crawler
         self.stats = crawler.stats
-        self._batch: list[tuple[Schema, Any, asyncio.Future[None]]] = []
+        #: (schema, item, row, future set once the row is committed), in arrival order.
+        self._batch: list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]] = []
         self._unchanged: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
+        #: A flush task is scheduled and has not taken its batch yet: the items arriving
+        #: meanwhile ride with it, so a burst of items never queues a task per item.
+        self._flush_queued = False
         self._lock = asyncio.Lock()
         self._tables: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage")
@@ -127,23 +131,42 @@ class StoragePipeline:
             self._unchanged.discard(id(item))
             self.stats.inc_value("storage/skipped/unchanged")
             return item
+        try:
+            # Built here rather than when the batch is written, so that it overlaps the database's
+            # work on the batch before (the storage thread waits on the socket meanwhile).
+            row = to_row(item, schema)
+        except Exception as exc:  # a row that cannot be built is kept, as a failed batch would be
+            logger.exception("Storage cannot write an item of %s; keeping it in %s", schema.table, self.keys.items_pending)
+            await self._spill([(schema, item, (), None)], f"storage error: {exc}")
+            return item
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._batch.append((schema, item, done))
+        self._batch.append((schema, item, row, done))
         if len(self._batch) >= self.batch_size:
-            asyncio.ensure_future(self._flush())
-        elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.flush_interval, lambda: asyncio.ensure_future(self._flush()))
+            self._kick()
+        elif self._timer is None and not self._flush_queued:
+            self._timer = asyncio.get_running_loop().call_later(self.flush_interval, self._kick)
         await done
         return item
+
+    def _kick(self) -> None:
+        """Have the waiting items flushed as soon as the writer is free (at most one flush task
+        waits for the lock; it takes the items that arrive until it runs)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._flush_queued:
+            self._flush_queued = True
+            asyncio.ensure_future(self._flush())
 
     async def _flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         async with self._lock:
+            self._flush_queued = False
             batch, self._batch = self._batch[: self.batch_size], self._batch[self.batch_size :]
-            if self._batch and self._timer is None:
-                self._timer = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._flush()))
+            if self._batch:
+                self._kick()  # written right after this batch, as one batch however many arrive meanwhile
             if not batch:
                 return
             try:
@@ -155,21 +178,21 @@ class StoragePipeline:
                 self._replay_wanted = False
                 await self._replay()
 
-    async def _write(self, batch: list[tuple[Schema, Any, asyncio.Future[None]]]) -> None:
-        by_table: dict[str, list[tuple[Schema, Any, asyncio.Future[None]]]] = {}
+    async def _write(self, batch: list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]]) -> None:
+        by_table: dict[str, list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]]] = {}
         for entry in batch:
             by_table.setdefault(entry[0].table, []).append(entry)
         for entries in by_table.values():
             schema = entries[0][0]
-            rows = [to_row(item, schema) for _, item, _ in entries]
+            rows = [row for _, _, row, _ in entries]
             refused = await self._write_rows(schema, rows, entries)
             if refused is None:
                 continue
             refused_at = dict(refused)
             bad = []
-            stored = [item for i, (_, item, _) in enumerate(entries) if i not in refused_at]
+            stored = [item for i, (_, item, _, _) in enumerate(entries) if i not in refused_at]
             await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
-            for i, (_, item, done) in enumerate(entries):
+            for i, (_, item, _, done) in enumerate(entries):
                 if i in refused_at:
                     reason = refused_at[i]
                     logger.error("%s refused an item of %s (%s); kept in %s", self.backend.name, schema.table, reason, self.keys.items_invalid)
@@ -177,10 +200,10 @@ class StoragePipeline:
                     bad.append(item_record(item, reason="storage_refused", detail=reason))
                     if not done.done():
                         done.set_exception(DropItem(f"the database refused it: {reason}"))
-                else:
-                    self.stats.inc_value(f"storage/written/{schema.table}")
-                    if not done.done():
-                        done.set_result(None)
+                elif not done.done():
+                    done.set_result(None)
+            if stored:
+                self.stats.inc_value(f"storage/written/{schema.table}", len(stored))
             await self.dead.push(self.keys.items_invalid, bad)
 
     async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], entries: list[Any]) -> list[tuple[int, str]] | None:
@@ -214,12 +237,12 @@ class StoragePipeline:
                     pass
 
     async def _spill(self, entries: list[Any], reason: str) -> None:
-        records = [item_record(item, reason=reason) for _, item, _ in entries]
+        records = [item_record(item, reason=reason) for _, item, _, _ in entries]
         await self.dead.push(self.keys.items_pending, records)
         self.stats.inc_value("storage/pending", len(records))
         logger.error("Kept %d items in %s to be replayed later", len(records), self.keys.items_pending)
-        for _, _, done in entries:
-            if not done.done():
+        for _, _, _, done in entries:
+            if done is not None and not done.done():
                 done.set_result(None)
 
     async def close_spider(self) -> None:
