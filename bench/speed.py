@@ -274,6 +274,8 @@ def crawl(
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if mode != "plain":
+            clear_crawl(redis_url)
     stats = []
     for p, log, stats_file in procs:
         if p.returncode != 0 or not stats_file.exists():

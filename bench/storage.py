@@ -133,6 +133,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
         "REDIS_URL": None,
         "DEAD_LETTER_DIR": dead_dir,
         "LOG_LEVEL": "INFO",
+        "TELNETCONSOLE_ENABLED": False,
     }
     if batch_size:
         overrides["STORAGE_BATCH_SIZE"] = batch_size
@@ -145,6 +146,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
     size = sum(row_bytes(p) for p in pages[:1000]) / min(items, 1000)
     started = time.perf_counter()
     cpu0 = time.process_time()
+    main0 = time.thread_time()
     db0 = _mysqld_cpu()
     waiting = 0
     room = asyncio.Event()
@@ -168,6 +170,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
         assert result is not None
     seconds = time.perf_counter() - started
     cpu = time.process_time() - cpu0
+    main_cpu = time.thread_time() - main0
     db_cpu = _mysqld_cpu() - db0 if db0 is not None else None
     await pipeline.close_spider()
     stats = crawler.stats.get_stats()
@@ -177,6 +180,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
         "items_per_s": round(items / seconds, 1),
         "row_bytes": round(size),
         "cpu_us_per_item": round(cpu / items * 1e6, 1),
+        "event_loop_cpu_us_per_item": round(main_cpu / items * 1e6, 1),
         "mysqld_cpu_us_per_item": round(db_cpu / items * 1e6, 1) if db_cpu is not None else None,
         "batch_size": pipeline.batch_size,
         "in_flight": in_flight,
