@@ -209,7 +209,7 @@ def markdown(results: dict[str, Any]) -> str:
     v = results["verdicts"]
     base = crawls.get("plain Scrapy", {}).get("pages_per_s")
     if crawls:
-        lines += ["| run | pages | seconds | pages/s | ratio to plain Scrapy | target |", "|---|---|---|---|---|---|"]
+        lines += ["| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | target |", "|---|---|---|---|---|---|---|"]
         for name, r in crawls.items():
             ratio = f"{r['pages_per_s'] / base:.2f}" if base and r["pages_per_s"] else "-"
             target = ""
@@ -217,7 +217,7 @@ def markdown(results: dict[str, Any]) -> str:
                 t = v[name]
                 shown = f"{t['value']:.1%} lost" if name == STORAGE_RUN else t["value"]
                 target = f"{t['target'].replace('0.05', '5%')}: {shown} {'met' if t['met'] else 'NOT met'}"
-            lines.append(f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {target} |")
+            lines.append(f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {target} |")
         lines.append("")
     rows = []
     if "mysql" in results:

@@ -222,9 +222,9 @@ def crawl(
     distributed add-on stays off) or ``frontier`` (``REDIS_URL``: this project's scheduler). With
     ``pipelines`` the project's ITEM_PIPELINES run (storage in ``mysql_url``); else none.
 
-    Returns ``{"pages", "seconds", "pages_per_s", "items", "stored", "peak_rss_mb", "exit_codes",
-    "load_before", "load_after"}``: pages = responses received by all workers, seconds = first
-    response to last. Raises ``RuntimeError`` if a worker fails or the crawl outlives ``timeout``.
+    Returns ``{"pages", "seconds", "pages_per_s", "worker_cpu_ms_per_page", "items", "stored",
+    "duplicates_filtered", "peak_rss_mb", "exit_codes", "load_before", "load_after"}``: pages =
+    responses received by all workers, seconds = first response to last. Raises ``RuntimeError`` if a worker fails or the crawl outlives ``timeout``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -290,6 +290,9 @@ def crawl(
         "pages": pages,
         "seconds": round(seconds, 2),
         "pages_per_s": round(pages / seconds, 1) if seconds > 0 else None,
+        # CPU the workers used between their first and last response, per page (less sensitive
+        # than pages/s to other work on the machine; Redis, MySQL and nginx not included).
+        "worker_cpu_ms_per_page": round(sum(s["bench/last_cpu"] - s["bench/first_cpu"] for s in crawled) / pages * 1000, 2) if pages else None,
         "items": sum(s.get("item_scraped_count", 0) for s in stats),
         "stored": sum(s.get("storage/written/pages", 0) for s in stats),
         "duplicates_filtered": sum(s.get("dupefilter/filtered", 0) for s in stats),
