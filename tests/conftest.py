@@ -96,6 +96,21 @@ def docs_site():
     server.stop()
 
 
+@pytest.fixture
+def tutorial_site(tmp_path):
+    """The docs' ``tutorial/`` directory alone on a server of its own (links out of it are 404s),
+    and the URLs of its pages reachable from ``tutorial/index.html``: ``(server, expected)``."""
+    import shutil
+
+    from tests.oracle import reachable_pages
+
+    root = tmp_path / "tutorial-site"
+    shutil.copytree(DOCS / "tutorial", root / "tutorial")
+    server = HttpServer(root, "127.0.0.4")
+    yield server, {server.url + p for p in reachable_pages(root, "tutorial/index.html")}
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def expected_pages(docs_site) -> set[str]:
     """The HTML pages reachable from index.html, found by walking the files on disk (an oracle
