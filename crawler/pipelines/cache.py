@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -12,10 +13,12 @@ from scrapy.exceptions import NotConfigured
 
 from crawler.distributed.connection import describe_error, optional_shared_redis
 from crawler.distributed.keys import Keys
-from crawler.schema import schema_of
+from crawler.schema import item_values, schema_of
 from crawler.startup import read_setting
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
@@ -25,14 +28,34 @@ item_unchanged = object()
 #: Sent by the storage pipeline with ``items=`` once those items are committed to the database.
 items_stored = object()
 
+#: Most items one cache write carries (one script call; about 1 KB of JSON each).
+BATCH_MAX = 200
+#: Seconds the first item of a batch waits for others to join it (items of the same moment,
+#: e.g. of one response or of responses parsed together, share one script call).
+BATCH_WINDOW = 0.02
+
 _PUT = """
--- KEYS: cache key, items list.  ARGV: content hash, item json, ttl seconds, push to list (1/0)
--- Returns the content hash last confirmed as stored in the database (field stored_hash).
-local stored = redis.call('HGET', KEYS[1], 'stored_hash')
-redis.call('HSET', KEYS[1], 'content_hash', ARGV[1], 'item', ARGV[2])
-if tonumber(ARGV[3]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[3]) end
-if ARGV[4] == '1' then redis.call('RPUSH', KEYS[2], ARGV[2]) end
-return stored
+-- KEYS: items list, then one cache key per item.
+-- ARGV: ttl seconds, push to list (1/0), then content hash and item json of each item in turn.
+-- Returns, per item, the content hash last confirmed as stored in the database (stored_hash).
+local ttl = tonumber(ARGV[1])
+local push = ARGV[2] == '1'
+local out = {}
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local hash, item = ARGV[2 * i - 1], ARGV[2 * i]
+  out[i - 1] = redis.call('HGET', key, 'stored_hash')
+  redis.call('HSET', key, 'content_hash', hash, 'item', item)
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  if push then redis.call('RPUSH', KEYS[1], item) end
+end
+return out
+"""
+
+_MARK_STORED = """
+-- KEYS: cache keys.  ARGV: the content hash stored for each.
+for i = 1, #KEYS do redis.call('HSET', KEYS[i], 'stored_hash', ARGV[i]) end
+return #KEYS
 """
 
 
@@ -41,16 +64,32 @@ def cache_key(prefix: str, unique_value: Any) -> str:
     return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
 
 
+def _jsonable(value: Any) -> Any:
+    """``default=`` of the item JSON: nested items as dicts (as ``ItemAdapter.asdict``), the rest as ``str``."""
+    if ItemAdapter.is_item(value):
+        return ItemAdapter(value).asdict()
+    return str(value)
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False, default=_jsonable).encode
+
+
 class RedisCachePipeline:
     """Write every item with a schema to ``<spider>:items:cache:<sha1(unique key)>``, a hash of
     ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL`` seconds; with
     ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's RedisPipeline).
 
+    Writes are batched: items arriving within :data:`BATCH_WINDOW` seconds of each other (or
+    while the previous write is in flight) go to Redis in one script call of at most
+    :data:`BATCH_MAX` items, one call at a time; ``process_item`` returns once its own item's
+    write has been answered, so each item keeps the outcome below (stats ``cache/written``,
+    ``cache/batches`` = script calls).
+
     When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
     committed (``stored_hash``, set on the ``items_stored`` signal, in one round trip per
     batch), the database write is skipped (stat ``cache/unchanged``): an item is never skipped
     because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a
-    Redis error never drops the item (stat ``cache/errors``).
+    Redis error never drops the item (stat ``cache/errors``, one per item not cached).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -64,6 +103,9 @@ class RedisCachePipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self._failing = False
+        #: (cache key, content hash, item json, future of the stored hash or the Redis error), in arrival order.
+        self._waiting: list[tuple[str, str, str, asyncio.Future[Any]]] = []
+        self._writer: asyncio.Future[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
@@ -73,26 +115,24 @@ class RedisCachePipeline:
         self.keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
         self.redis = optional_shared_redis(self.crawler)
         self._put = self.redis.register_script(_PUT) if self.redis is not None else None
+        self._mark = self.redis.register_script(_MARK_STORED) if self.redis is not None else None
         self.crawler.signals.connect(self._on_stored, items_stored)
 
-    def _key(self, item: Any) -> tuple[str, str] | None:
+    def _key(self, item: Any) -> tuple[str, str, Mapping[str, Any]] | None:
         schema = schema_of(item)
         if schema is None:
             return None
-        adapter = ItemAdapter(item)
-        return cache_key(self.keys.item_cache_prefix, adapter.get(schema.unique_key)), str(adapter.get("content_hash") or "")
+        values = item_values(item)
+        return cache_key(self.keys.item_cache_prefix, values.get(schema.unique_key)), str(values.get("content_hash") or ""), values
 
     async def _on_stored(self, items: list[Any]) -> None:
-        if self.redis is None:
+        if self._mark is None:
             return
         marks = [key for key in map(self._key, items) if key is not None and key[1]]
         if not marks:
             return
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for key, content_hash in marks:
-                    pipe.hset(key, "stored_hash", content_hash)
-                await pipe.execute()
+            await self._mark(keys=[key for key, _, _ in marks], args=[content_hash for _, content_hash, _ in marks])
         except Exception as exc:
             self.stats.inc_value("cache/errors")
             logger.warning("Could not mark %d items as stored in the Redis cache (%s)", len(marks), describe_error(exc))
@@ -101,21 +141,55 @@ class RedisCachePipeline:
         key_hash = self._key(item) if self._put is not None else None
         if key_hash is None:
             return item
-        key, content_hash = key_hash
-        data = json.dumps(ItemAdapter(item).asdict(), ensure_ascii=False, default=str)
-        try:
-            old = await self._put(keys=[key, self.keys.items], args=[content_hash, data, self.ttl, "1" if self.push_list else "0"])
-        except Exception as exc:
-            self.stats.inc_value("cache/errors")
-            if not self._failing:
-                self._failing = True
-                logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
-            return item
-        if self._failing:
-            self._failing = False
-            logger.warning("Redis cache writes work again")
-        self.stats.inc_value("cache/written")
+        key, content_hash, values = key_hash
+        data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict())
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append((key, content_hash, data, done))
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_batches())
+        old = await done
+        if isinstance(old, Exception):
+            return item  # counted and logged by the batch
         if content_hash and old is not None and old.decode() == content_hash:
             self.stats.inc_value("cache/unchanged")
             self.crawler.signals.send_catch_log(item_unchanged, item=item)
         return item
+
+    async def _write_batches(self) -> None:
+        """Write the waiting items, a batch at a time, until none is left; each item's future
+        gets its stored hash (bytes or None), or the exception when the batch failed."""
+        batch: list[tuple[str, str, str, asyncio.Future[Any]]] = []
+        try:
+            await asyncio.sleep(BATCH_WINDOW)
+            while self._waiting:
+                batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
+                keys = [self.keys.items]
+                args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
+                for key, content_hash, data, _ in batch:
+                    keys.append(key)
+                    args.append(content_hash)
+                    args.append(data)
+                try:
+                    olds = await self._put(keys=keys, args=args)
+                except Exception as exc:
+                    self.stats.inc_value("cache/errors", len(batch))
+                    if not self._failing:
+                        self._failing = True
+                        logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
+                    olds = [exc] * len(batch)
+                else:
+                    if self._failing:
+                        self._failing = False
+                        logger.warning("Redis cache writes work again")
+                    self.stats.inc_value("cache/written", len(batch))
+                    self.stats.inc_value("cache/batches")
+                for (_, _, _, done), old in zip(batch, olds):
+                    if not done.done():
+                        done.set_result(old)
+        finally:
+            self._writer = None
+            # Cancelled mid-way (the loop closing): no item waits forever, none is skipped.
+            for _, _, _, done in batch + self._waiting:
+                if not done.done():
+                    done.set_result(None)
+            self._waiting = []

@@ -1,0 +1,88 @@
+"""The Redis cache pipeline on the real Redis: batched writes that keep each item's outcome
+(stored-hash check, never a dropped item on a Redis error)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from datetime import datetime, timezone
+
+from crawler.items import Page
+from crawler.pipelines.cache import BATCH_MAX, cache_key, item_unchanged, items_stored
+
+
+def page(i: int, content_hash: str | None = None) -> Page:
+    return Page(
+        url=f"http://h/{i}",
+        status=200,
+        title=f"t{i} 🕷️ é",
+        links=[f"http://h/{i + 1}"],
+        content_hash=content_hash or f"{i:064x}",
+        fetched_at=datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).isoformat(),
+    )
+
+
+async def _cache(redis_url: str, rounds: list, stored_after: list | None = None) -> dict:
+    """Open a RedisCachePipeline for spider ``site``; feed each round's items all at once
+    (after the first round, send ``items_stored`` for ``stored_after``); return the stats, the
+    items each round returned and the items reported unchanged per round."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from crawler.pipelines.cache import RedisCachePipeline
+
+    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600})
+    crawler.spider = crawler._create_spider()
+    pipeline = RedisCachePipeline.from_crawler(crawler)
+    await pipeline.open_spider()
+    unchanged: list = []
+    crawler.signals.connect(lambda item: unchanged[-1].append(item), item_unchanged, weak=False)
+    returned = []
+    try:
+        for n, items in enumerate(rounds):
+            unchanged.append([])
+            returned.append(await asyncio.wait_for(asyncio.gather(*(pipeline.process_item(item) for item in items)), 60))
+            if n == 0 and stored_after:
+                await crawler.signals.send_catch_log_async(items_stored, items=stored_after)
+    finally:
+        await pipeline.redis.aclose()
+    return {"stats": crawler.stats.get_stats(), "returned": returned, "unchanged": unchanged}
+
+
+def test_a_burst_of_items_is_cached_in_few_script_calls(redis_url, redis_client):
+    items = [page(i) for i in range(2 * BATCH_MAX + 1)]
+    out = asyncio.run(_cache(redis_url, [items]))
+    assert out["returned"] == [items]
+    assert out["stats"]["cache/written"] == len(items)
+    assert out["stats"]["cache/batches"] == 3  # 200 + 200 + 1, not one call per item
+    assert "cache/errors" not in out["stats"]
+    for item in (items[0], items[-1]):
+        key = cache_key("site:items:cache:", item["url"])
+        entry = redis_client.hgetall(key)
+        assert entry[b"content_hash"] == item["content_hash"].encode()
+        assert json.loads(entry[b"item"]) == dict(item)
+        assert 0 < redis_client.ttl(key) <= 3600
+
+
+def test_only_items_the_database_confirmed_are_reported_unchanged(redis_url):
+    first = [page(i) for i in range(6)]
+    stored = first[:3]  # the database confirmed only these
+    again = [page(i) for i in range(6)]
+    again[2] = page(2, content_hash="f" * 64)  # stored before, changed since
+    out = asyncio.run(_cache(redis_url, [first, again], stored_after=stored))
+    assert out["unchanged"][0] == []
+    assert [item["url"] for item in out["unchanged"][1]] == ["http://h/0", "http://h/1"]
+    assert out["stats"]["cache/unchanged"] == 2
+    assert out["returned"][1] == again
+
+
+def test_a_redis_error_never_drops_an_item(redis_url):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    items = [page(i) for i in range(5)]
+    out = asyncio.run(_cache(f"redis://127.0.0.1:{port}/0", [items]))
+    assert out["returned"] == [items]
+    assert out["stats"]["cache/errors"] == 5
+    assert "cache/written" not in out["stats"] and out["unchanged"] == [[]]
