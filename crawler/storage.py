@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pymysql
+from pymysql.constants import SERVER_STATUS
+from pymysql.converters import escape_string
 
 from crawler.distributed.connection import ConfigError, redact_url
 
@@ -146,24 +148,46 @@ class MySQLBackend:
         except Exception:
             self.close()
 
-    def _insert_many(self, cur: Any, head: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
-        """Run ``head (row), (row), ... tail`` as few multi-row statements of at most
-        :data:`MAX_STATEMENT_CHARS` characters (one if a row is longer).
+    def literal(self, row: tuple[Any, ...]) -> tuple[int, str] | None:
+        """``(mode, "(v1,v2,...)")``: ``row`` as one entry of a ``VALUES`` list, each value
+        escaped by pymysql: ``str`` by ``pymysql.converters.escape_string`` (or, when the
+        server's ``NO_BACKSLASH_ESCAPES`` mode is on - given as ``mode`` - by
+        ``Connection.escape``, which then only doubles quotes), ``None`` and ``int`` as
+        pymysql's converters write them (``NULL``, ``str(v)``), every other value by
+        ``Connection.escape`` (pymysql's converter of its type). ``None`` when not connected.
 
-        What ``cursor.executemany`` does for an ``INSERT ... VALUES``, with pymysql's own
-        escaping: every value goes through ``Connection.escape`` (what ``cursor.mogrify`` uses;
-        for ``str`` it follows the server's ``NO_BACKSLASH_ESCAPES`` mode) but ``None`` and
-        ``int``, written directly (``NULL`` and ``str(v)``, as pymysql's converters do). Calling
-        it per value skips ``executemany``'s regex parsing of the statement and its per-row
-        ``%`` formatting.
+        Only reads the connection, so the storage pipeline calls it on the event loop as items
+        arrive (the work overlaps the database's on the batch before); :meth:`upsert` takes the
+        result and rebuilds it if the mode has changed since.
+        """
+        conn = self.conn
+        if conn is None:
+            return None
+        escape = conn.escape
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        if mode:
+            return mode, "(" + ",".join(["NULL" if v is None else escape(v) for v in row]) + ")"
+        return mode, "(" + ",".join(["'" + escape_string(v) + "'" if type(v) is str else "NULL" if v is None else str(v) if type(v) is int else escape(v) for v in row]) + ")"
+
+    def _insert_many(self, cur: Any, head: str, tail: str, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None) -> None:
+        """Run ``head (row), (row), ... tail`` as few multi-row statements of at most
+        :data:`MAX_STATEMENT_CHARS` characters (one if a row is longer), with the rows'
+        :meth:`literal` (the one given if built in the connection's current mode).
+
+        What ``cursor.executemany`` does for an ``INSERT ... VALUES``, without its regex
+        parsing of the statement and its per-row ``%`` formatting.
         """
         conn = self.conn
         assert conn is not None
-        escape = conn.escape
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
         values: list[str] = []
         size = 0
-        for row in rows:
-            value = "(" + ",".join(["NULL" if v is None else str(v) if type(v) is int else escape(v) for v in row]) + ")"
+        for i, row in enumerate(rows):
+            given = literals[i] if literals is not None else None
+            if given is None or given[0] != mode:
+                given = self.literal(row)
+                assert given is not None
+            value = given[1]
             if values and size + len(value) > MAX_STATEMENT_CHARS:
                 cur.execute(head + ",".join(values) + tail)
                 values, size = [], 0
@@ -172,8 +196,9 @@ class MySQLBackend:
         if values:
             cur.execute(head + ",".join(values) + tail)
 
-    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None = None) -> list[tuple[int, str]]:
         """Write ``rows`` in one transaction; if the server refuses it, write them one by one.
+        ``literals``, if given, holds each row's :meth:`literal` (or ``None``), built beforehand.
 
         Returns ``[(row index, error)]`` for the rows the server refused (they are not written;
         the others are). Raises :class:`ConnectionLost` when the connection fails: nothing of the
@@ -186,7 +211,7 @@ class MySQLBackend:
         tail = f" ON DUPLICATE KEY UPDATE {updates}"
         sql = f"{head}({marks}){tail}"
         try:
-            self._run(lambda cur: self._insert_many(cur, head, tail, rows))
+            self._run(lambda cur: self._insert_many(cur, head, tail, rows, literals))
             return []
         except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.ProgrammingError):
             pass
@@ -224,7 +249,13 @@ class SQLiteBackend:
         with self.conn:
             self.conn.execute(sqlite_ddl(schema))
 
-    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    def literal(self, row: tuple[Any, ...]) -> None:
+        """Always ``None``: sqlite3 binds the values itself."""
+        return None
+
+    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any] | None = None) -> list[tuple[int, str]]:
+        """Write ``rows`` in one transaction (``literals`` is ignored); if it fails, one by one.
+        Returns ``[(row index, error)]`` for the rows refused."""
         assert self.conn is not None
         cols = ", ".join(schema.columns)
         marks = ", ".join(["?"] * len(schema.columns))

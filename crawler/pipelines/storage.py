@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: A waiting item: (schema, item, row, its SQL literal from the backend or None, future set once committed).
+_Entry = tuple["Schema", Any, tuple[Any, ...], Any, "asyncio.Future[None] | None"]
+
 #: Seconds between two looks at ``<spider>:items:pending`` while items flow.
 REPLAY_EVERY = 30.0
 
@@ -53,8 +56,8 @@ class StoragePipeline:
         self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
         self.crawler = crawler
         self.stats = crawler.stats
-        #: (schema, item, row, future set once the row is committed), in arrival order.
-        self._batch: list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]] = []
+        #: (schema, item, row, its SQL literal or None, future set once the row is committed), in arrival order.
+        self._batch: list[_Entry] = []
         self._unchanged: set[int] = set()
         self._timer: asyncio.TimerHandle | None = None
         #: A flush task is scheduled and has not taken its batch yet: the items arriving
@@ -133,14 +136,16 @@ class StoragePipeline:
             return item
         try:
             # Built here rather than when the batch is written, so that it overlaps the database's
-            # work on the batch before (the storage thread waits on the socket meanwhile).
+            # work on the batch before (the storage thread waits on the socket meanwhile); the
+            # literal is pymysql's escaping of the row (only reads the connection's settings).
             row = to_row(item, schema)
+            literal = self.backend.literal(row)
         except Exception as exc:  # a row that cannot be built is kept, as a failed batch would be
             logger.exception("Storage cannot write an item of %s; keeping it in %s", schema.table, self.keys.items_pending)
-            await self._spill([(schema, item, (), None)], f"storage error: {exc}")
+            await self._spill([(schema, item, (), None, None)], f"storage error: {exc}")
             return item
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._batch.append((schema, item, row, done))
+        self._batch.append((schema, item, row, literal, done))
         if len(self._batch) >= self.batch_size:
             self._kick()
         elif self._timer is None and not self._flush_queued:
@@ -178,21 +183,21 @@ class StoragePipeline:
                 self._replay_wanted = False
                 await self._replay()
 
-    async def _write(self, batch: list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]]) -> None:
-        by_table: dict[str, list[tuple[Schema, Any, tuple[Any, ...], asyncio.Future[None]]]] = {}
+    async def _write(self, batch: list[_Entry]) -> None:
+        by_table: dict[str, list[_Entry]] = {}
         for entry in batch:
             by_table.setdefault(entry[0].table, []).append(entry)
         for entries in by_table.values():
             schema = entries[0][0]
-            rows = [row for _, _, row, _ in entries]
-            refused = await self._write_rows(schema, rows, entries)
+            rows = [entry[2] for entry in entries]
+            refused = await self._write_rows(schema, rows, [entry[3] for entry in entries], entries)
             if refused is None:
                 continue
             refused_at = dict(refused)
             bad = []
-            stored = [item for i, (_, item, _, _) in enumerate(entries) if i not in refused_at]
+            stored = [entry[1] for i, entry in enumerate(entries) if i not in refused_at]
             await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
-            for i, (_, item, _, done) in enumerate(entries):
+            for i, (_, item, _, _, done) in enumerate(entries):
                 if i in refused_at:
                     reason = refused_at[i]
                     logger.error("%s refused an item of %s (%s); kept in %s", self.backend.name, schema.table, reason, self.keys.items_invalid)
@@ -206,7 +211,7 @@ class StoragePipeline:
                 self.stats.inc_value(f"storage/written/{schema.table}", len(stored))
             await self.dead.push(self.keys.items_invalid, bad)
 
-    async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], entries: list[Any]) -> list[tuple[int, str]] | None:
+    async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any], entries: list[Any]) -> list[tuple[int, str]] | None:
         """Upsert, retrying lost connections with backoff; returns the refused rows, or None if
         the batch was kept in the pending list after ``STORAGE_RETRY_TIMEOUT``."""
         started = time.monotonic()
@@ -215,7 +220,7 @@ class StoragePipeline:
         while True:
             try:
                 await self._ensure_table(schema)
-                refused = await self._in_thread(self.backend.upsert, schema, rows)
+                refused = await self._in_thread(self.backend.upsert, schema, rows, literals)
                 if logged:
                     logger.warning("%s is back after %.1fs", self.backend.name, time.monotonic() - started)
                     self._replay_wanted = True
@@ -237,11 +242,11 @@ class StoragePipeline:
                     pass
 
     async def _spill(self, entries: list[Any], reason: str) -> None:
-        records = [item_record(item, reason=reason) for _, item, _, _ in entries]
+        records = [item_record(entry[1], reason=reason) for entry in entries]
         await self.dead.push(self.keys.items_pending, records)
         self.stats.inc_value("storage/pending", len(records))
         logger.error("Kept %d items in %s to be replayed later", len(records), self.keys.items_pending)
-        for _, _, _, done in entries:
+        for *_, done in entries:
             if done is not None and not done.done():
                 done.set_result(None)
 
