@@ -158,10 +158,10 @@ def validate(item: Any) -> list[str]:
     schema = schema_of(item)
     if schema is None:
         return []
-    adapter = ItemAdapter(item)
+    values = item_values(item)
     truncated = []
     for spec in schema.fields:
-        value = adapter.get(spec.name)
+        value = values.get(spec.name)
         if value is None or (spec.type is str and value == ""):
             if spec.required:
                 raise ValidationError(spec.name, "missing", "required field is missing or empty")
@@ -187,7 +187,7 @@ def validate(item: Any) -> list[str]:
             if spec.max_length is not None and len(value) > spec.max_length:
                 if spec.on_too_long == "reject":
                     raise ValidationError(spec.name, "too_long", f"{len(value)} characters, the column holds {spec.max_length}")
-                adapter[spec.name] = value[: spec.max_length]
+                ItemAdapter(item)[spec.name] = value[: spec.max_length]
                 truncated.append(spec.name)
     return truncated
 
