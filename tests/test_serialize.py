@@ -104,6 +104,8 @@ def test_json_object_fields(spider):
         ('"http://h/\\udcff"', "bad_url"),
         ('{"meta": {}}', "bad_url"),
         ("http://", "bad_url"),
+        ("http://exa mple.com/", "bad_url"),
+        ("http://a<b/", "bad_url"),
     ],
 )
 def test_bad_payloads_are_refused_with_a_reason(spider, raw, reason):

@@ -222,10 +222,10 @@ class DedupConfig:
             raise ValueError(f"DUPEFILTER_MODE={self.mode!r}: must be one of {', '.join(MODES)}")
         if self.recrawl_age and self.mode == "bloom":
             raise ValueError("DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact: a Bloom filter does not remember when it saw a URL")
-        if self.recrawl_age < 0:
-            raise ValueError(f"DUPEFILTER_RECRAWL_AGE={self.recrawl_age!r}: must be >= 0 seconds")
-        if self.capacity < 1:
-            raise ValueError(f"DUPEFILTER_BLOOM_CAPACITY={self.capacity!r}: must be >= 1")
+        if not 0 <= self.recrawl_age < 10**12:  # also refuses inf and nan
+            raise ValueError(f"DUPEFILTER_RECRAWL_AGE={self.recrawl_age!r}: must be a number of seconds >= 0")
+        if not 1 <= self.capacity <= 2**40:
+            raise ValueError(f"DUPEFILTER_BLOOM_CAPACITY={self.capacity!r}: must be between 1 and 2**40")
         if not 0 < self.error_rate < 1:
             raise ValueError(f"DUPEFILTER_BLOOM_ERROR_RATE={self.error_rate!r}: must be between 0 and 1")
 
@@ -256,7 +256,7 @@ class DedupConfig:
                 continue
             try:
                 values[attr] = kind(float(raw)) if kind is int else kind(raw)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ValueError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
         if "mode" in values:
             values["mode"] = values["mode"].strip().lower()

@@ -84,11 +84,12 @@ class FrontierScheduler(BaseScheduler):
         self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, 0.0, minimum=0)
         self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, 0, minimum=0)
         self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, 200_000, minimum=0)
+        self.dedup: DedupConfig | None
         try:
             self.dedup = DedupConfig.from_settings(settings)
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
-            self.dedup = DedupConfig()
+            self.dedup = None  # the crawl stops at open; no claim on the dupefilter
         self.node_id = node_id_of(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
@@ -134,6 +135,8 @@ class FrontierScheduler(BaseScheduler):
             return
         except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            return
+        if self.dedup is None:
             return
         try:
             if await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter):

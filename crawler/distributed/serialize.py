@@ -9,6 +9,7 @@ in meta are this worker's bookkeeping and are not stored.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -109,6 +110,11 @@ def request_from_json(payload: str | bytes, spider: Spider) -> Request:
     return request_from_dict(d, spider=spider)
 
 
+#: Characters that never appear in a host, even an internationalized one (RFC 3986 section 3.2.2):
+#: white space, controls, and the delimiters "<>\"{}|\\^`".
+_BAD_HOST_CHARS = re.compile(r'[\s\x00-\x1f\x7f<>"{}|\\^`]')
+
+
 def check_url(url: Any) -> str:
     """Return ``url`` made safe (RFC 3986 escaping by w3lib), or raise :class:`RequestRefused`.
 
@@ -129,6 +135,8 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_scheme", f"scheme {parts.scheme!r} is not http or https: {url!r:.200}")
     if not host:
         raise RequestRefused("bad_url", f"URL has no host: {url!r:.200}")
+    if _BAD_HOST_CHARS.search(host):
+        raise RequestRefused("bad_url", f"host {host!r:.100} has characters a host name cannot have (RFC 3986 section 3.2.2): {url!r:.200}")
     return safe_url_string(url)
 
 
