@@ -66,9 +66,9 @@ def count_or_zero(query) -> int:
         return 0
 
 
-def test_sigkill_every_five_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    slower = {**SLOW, "DOWNLOAD_DELAY": "0.15"}  # about 20 pages/s for the three: time for several kills
+    slower = {**SLOW, "DOWNLOAD_DELAY": "0.25"}  # a crawl of 20 s or more: time for several kills
     workers = [start_worker(settings=slower, env=env) for _ in range(3)]
     for w in workers:
         w.wait_for("Joined the crawl")
@@ -76,7 +76,7 @@ def test_sigkill_every_five_seconds(logged_site, start_worker, redis_url, redis_
     kills = 0
     victim = workers[0]
     while kills < 8 and any(w.proc.poll() is None for w in workers[1:]):
-        time.sleep(5)
+        time.sleep(3)
         if count_or_zero(mysql_query) >= len(expected(logged_site)):
             break
         victim.proc.kill()
