@@ -65,6 +65,17 @@ class RedisCommand(ScrapyCommand):
         print(f"error: {message}", file=sys.stderr)
         self.exitcode = 2
 
+    def push_start_urls(self, client: redis.Redis, keys: Keys, payloads: list[bytes]) -> None:
+        """Add raw start-URL payloads to ``<spider>:start_urls`` as workers take them: LPUSH, or
+        SADD with ``REDIS_START_URLS_AS_SET``."""
+        assert self.settings is not None
+        if not payloads:
+            return
+        if self.settings.getbool("REDIS_START_URLS_AS_SET"):
+            client.sadd(keys.start_urls, *payloads)
+        else:
+            client.lpush(keys.start_urls, *payloads)
+
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         raise NotImplementedError
 

@@ -92,7 +92,7 @@ class Command(RedisCommand):
         if fingerprints:
             known = int(Dupefilter(client, keys, config).forget(list(fingerprints)))
             if opts.push:
-                client.lpush(keys.start_urls, *fingerprints.values())
+                self.push_start_urls(client, keys, list(fingerprints.values()))
         return {
             "forgotten": len(fingerprints),
             "known": known if layout != "bloom" else None,

@@ -61,11 +61,7 @@ class Command(RedisCommand):
             good.append(raw)
             if unknown:
                 print(f"warning: {request.url}: unknown keys {', '.join(unknown)} will be ignored", file=sys.stderr)
-        if good:
-            if self.settings.getbool("REDIS_START_URLS_AS_SET"):
-                client.sadd(keys.start_urls, *good)
-            else:
-                client.lpush(keys.start_urls, *good)
+        self.push_start_urls(client, keys, good)
         return {"pushed": len(good), "refused": self._refused}
 
     def describe(self, result: dict[str, Any]) -> str:

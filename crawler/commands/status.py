@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from crawler.cli import RedisCommand
-from crawler.distributed.frontier import _STATUS, Status
+from crawler.distributed.frontier import _STATUS, Status, status_call
 
 if TYPE_CHECKING:
     import argparse
@@ -19,10 +19,8 @@ if TYPE_CHECKING:
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
     """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
     ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
-    values = client.register_script(_STATUS)(
-        keys=[keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed, keys.bloom],
-        args=[keys.queue_prefix, keys.lease_prefix, "1", "1" if start_urls_as_set else "0"],
-    )
+    script_keys, args = status_call(keys, deep=True, start_urls_as_set=start_urls_as_set)
+    values = client.register_script(_STATUS)(keys=script_keys, args=args)
     status = Status(*(int(v) for v in values))
     now = time.time()
     with client.pipeline(transaction=False) as pipe:

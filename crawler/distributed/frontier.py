@@ -271,6 +271,15 @@ class Status:
         return not (self.hosts or self.inflight or self.start_urls)
 
 
+def status_call(keys: Keys, *, deep: bool, start_urls_as_set: bool) -> tuple[list[str], list[str]]:
+    """The ``keys`` and ``args`` of the :data:`_STATUS` script, for :meth:`Frontier.status` and
+    for a sync client (``scrapy status``)."""
+    return (
+        [keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed, keys.bloom],
+        [keys.queue_prefix, keys.lease_prefix, "1" if deep else "0", "1" if start_urls_as_set else "0"],
+    )
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -371,12 +380,8 @@ class Frontier:
     async def status(self, *, deep: bool = False) -> Status:
         """Counts for idle detection and for ``scrapy status``; ``deep`` also counts queued requests
         (one ZCARD per host, so it is skipped in the idle check)."""
-        k = self.keys
-        values = await self._status(
-            keys=[k.slots, k.nodes, k.start_urls, k.dupefilter, k.failed, k.bloom],
-            args=[k.queue_prefix, k.lease_prefix, "1" if deep else "0", self._as_set],
-        )
-        return Status(*(int(v) for v in values))
+        keys, args = status_call(self.keys, deep=deep, start_urls_as_set=self._as_set == "1")
+        return Status(*(int(v) for v in await self._status(keys=keys, args=args)))
 
     async def clear(self) -> None:
         """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl
