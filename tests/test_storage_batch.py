@@ -125,3 +125,39 @@ def test_an_item_whose_row_cannot_be_built_is_kept_and_spares_the_others(mysql_u
     assert sorted(r[0] for r in mysql_query("SELECT url FROM pages")) == ["http://h/0", "http://h/1", "http://h/3", "http://h/4"]
     [kept] = [json.loads(line) for line in (tmp_path / "site.items.pending.jl").read_text().splitlines()]
     assert kept["item"]["url"] == "http://h/2" and "not JSON serializable" in kept["reason"]
+
+
+async def _group_commit(mysql_url: str, dead_dir: str) -> tuple[int, dict]:
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from crawler.pipelines.storage import StoragePipeline
+
+    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir})
+    crawler.spider = crawler._create_spider()
+    pipeline = StoragePipeline.from_crawler(crawler)
+    await pipeline.open_spider()
+    first = asyncio.ensure_future(pipeline.process_item(page(0)))
+    for _ in range(100):  # until the lone item's batch is being written
+        if pipeline._lock.locked():
+            break
+        await asyncio.sleep(0)
+    assert pipeline._lock.locked(), "a lone item waited instead of being written at once"
+    # These arrive while that write is in flight (its end runs on this loop, which has not had
+    # a turn since): they wait for it, then go together.
+    later = [asyncio.ensure_future(pipeline.process_item(page(i))) for i in range(1, 51)]
+    await asyncio.wait_for(asyncio.gather(first, *later), 60)
+    with pipeline.backend.conn.cursor() as cur:
+        cur.execute("SHOW SESSION STATUS LIKE 'Com_insert'")
+        inserts = int(cur.fetchone()[1])
+    await pipeline.close_spider()
+    return inserts, crawler.stats.get_stats()
+
+
+def test_group_commit_writes_at_once_and_batches_what_arrives_meanwhile(mysql_url, mysql_query, tmp_path):
+    """With the default STORAGE_FLUSH_INTERVAL (0), a lone item is written as soon as it comes
+    (no timer), and the 50 items arriving during that write are the next batch: two INSERTs."""
+    inserts, stats = asyncio.run(_group_commit(mysql_url, str(tmp_path)))
+    assert inserts == 2
+    assert stats["storage/written/pages"] == 51
+    assert mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 51

@@ -1,8 +1,10 @@
 """Write-through storage: every item with a schema is upserted into MySQL (``MYSQL_URL``) or, when
 that is not set, an SQLite file (``SQLITE_PATH``).
 
-Items are written in batches (``STORAGE_BATCH_SIZE`` items or ``STORAGE_FLUSH_INTERVAL``
-seconds, whichever comes first) on one worker thread, never on the reactor. ``process_item``
+Items are written by group commit on one worker thread, never on the reactor: a batch is written
+as soon as the writer is free, and the items arriving while it writes make the next batch (at
+most ``STORAGE_BATCH_SIZE`` items; ``STORAGE_FLUSH_INTERVAL`` seconds, default 0, makes the
+first item of a batch wait that long for others). ``process_item``
 returns only once its item is committed, so Scrapy - and the frontier's lease - sees a page as
 done only when its items are durable. A lost connection is retried with backoff without losing
 the batch; after ``STORAGE_RETRY_TIMEOUT`` seconds the batch is kept in ``<spider>:items:pending``
@@ -50,7 +52,7 @@ class StoragePipeline:
         if not read_setting(crawler, "STORAGE_ENABLED", bool, True):
             raise NotConfigured("STORAGE_ENABLED is off")
         self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, 200, minimum=1)
-        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.5, above=0)
+        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.0, minimum=0)
         self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, 60.0, minimum=0)
         self.mysql_url = settings.get("MYSQL_URL")
         self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
@@ -146,7 +148,10 @@ class StoragePipeline:
             return item
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._batch.append((schema, item, row, literal, done))
-        if len(self._batch) >= self.batch_size:
+        if len(self._batch) >= self.batch_size or not self.flush_interval:
+            # Group commit: the flush task runs once this moment's other items have joined the
+            # batch (those of the same response, of responses parsed together) or, while a batch
+            # is being written, takes everything that arrived meanwhile.
             self._kick()
         elif self._timer is None and not self._flush_queued:
             self._timer = asyncio.get_running_loop().call_later(self.flush_interval, self._kick)
