@@ -201,7 +201,6 @@ class StoragePipeline:
             refused_at = dict(refused)
             bad = []
             stored = [entry[1] for i, entry in enumerate(entries) if i not in refused_at]
-            await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
             for i, (_, item, _, _, done) in enumerate(entries):
                 if i in refused_at:
                     reason = refused_at[i]
@@ -214,6 +213,10 @@ class StoragePipeline:
                     done.set_result(None)
             if stored:
                 self.stats.inc_value(f"storage/written/{schema.table}", len(stored))
+            # After the items are released: they are committed, and the cache's stored-hash
+            # marks (a Redis round trip) need not hold their responses. Still under the lock,
+            # so marks are made in commit order; a mark lost in a crash only costs a rewrite.
+            await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
             await self.dead.push(self.keys.items_invalid, bad)
 
     async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any], entries: list[Any]) -> list[tuple[int, str]] | None:
