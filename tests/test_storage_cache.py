@@ -25,8 +25,9 @@ def page(i: int, content_hash: str | None = None) -> Page:
 
 async def _cache(redis_url: str, rounds: list, stored_after: list | None = None) -> dict:
     """Open a RedisCachePipeline for spider ``site``; feed each round's items all at once
-    (after the first round, send ``items_stored`` for ``stored_after``); return the stats, the
-    items each round returned and the items reported unchanged per round."""
+    and wait until their writes are answered (after the first round, send ``items_stored`` for
+    ``stored_after``); return the stats, the items each round returned and the items reported
+    unchanged per round."""
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
@@ -43,6 +44,7 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None)
         for n, items in enumerate(rounds):
             unchanged.append([])
             returned.append(await asyncio.wait_for(asyncio.gather(*(pipeline.process_item(item) for item in items)), 60))
+            await asyncio.wait_for(pipeline.settled(), 60)
             if n == 0 and stored_after:
                 await crawler.signals.send_catch_log_async(items_stored, items=stored_after)
     finally:
@@ -86,3 +88,54 @@ def test_a_redis_error_never_drops_an_item(redis_url):
     assert out["returned"] == [items]
     assert out["stats"]["cache/errors"] == 5
     assert "cache/written" not in out["stats"] and out["unchanged"] == [[]]
+
+
+async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rounds: list) -> tuple[dict, list]:
+    """Run each round's items through the cache then the storage pipeline, as Scrapy chains
+    them; return the stats and, per round, whether the cache had answered the first item's
+    write when its ``process_item`` returned."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from crawler.pipelines.cache import RedisCachePipeline
+    from crawler.pipelines.storage import StoragePipeline
+
+    settings = {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir, "REDIS_CACHE_TTL": 3600}
+    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), settings)
+    crawler.spider = crawler._create_spider()
+    cache, storage = RedisCachePipeline.from_crawler(crawler), StoragePipeline.from_crawler(crawler)
+    await cache.open_spider()
+    await storage.open_spider()
+    storage._cache = cache  # in a crawl, found among Scrapy's item pipelines at open
+
+    answered_at_return = []
+
+    async def chain(item):
+        item = await cache.process_item(item)
+        return await storage.process_item(item)
+
+    try:
+        for items in rounds:
+            first = await cache.process_item(items[0])
+            answered_at_return.append(cache._answered >= cache._queued)
+            await asyncio.wait_for(asyncio.gather(storage.process_item(first), *(chain(item) for item in items[1:])), 60)
+        await storage.close_spider()
+        await cache.close_spider()
+    finally:
+        await cache.redis.aclose()
+    return crawler.stats.get_stats(), answered_at_return
+
+
+def test_storage_waits_for_the_cache_answer_per_batch_not_per_item(redis_url, mysql_url, mysql_query, tmp_path):
+    """The cache passes an item on before Redis answers; the storage batch then waits for the
+    answers and skips exactly the items whose content the database already holds."""
+    first = [page(i) for i in range(8)]
+    again = [page(i) for i in range(8)]
+    again[5] = page(5, content_hash="e" * 64)  # changed since it was stored
+    stats, answered_at_return = asyncio.run(_cache_then_storage(redis_url, mysql_url, str(tmp_path), [first, again]))
+    assert answered_at_return == [False, False]
+    assert stats["storage/written/pages"] == 8 + 1
+    assert stats["storage/skipped/unchanged"] == 7
+    assert stats["cache/unchanged"] == 7
+    assert mysql_query("SELECT content_hash FROM pages WHERE url = %s", "http://h/5") == (("e" * 64,),)
+    assert mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 8

@@ -81,15 +81,16 @@ class RedisCachePipeline:
 
     Writes are batched: items arriving within :data:`BATCH_WINDOW` seconds of each other (or
     while the previous write is in flight) go to Redis in one script call of at most
-    :data:`BATCH_MAX` items, one call at a time; ``process_item`` returns once its own item's
-    write has been answered, so each item keeps the outcome below (stats ``cache/written``,
-    ``cache/batches`` = script calls).
+    :data:`BATCH_MAX` items, one call at a time (stats ``cache/written``, ``cache/batches`` =
+    script calls). ``process_item`` does not wait for the write: the item goes on to storage at
+    once, and the storage pipeline waits, once per batch, for :meth:`settled`.
 
     When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
     committed (``stored_hash``, set on the ``items_stored`` signal, in one round trip per
-    batch), the database write is skipped (stat ``cache/unchanged``): an item is never skipped
-    because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a
-    Redis error never drops the item (stat ``cache/errors``, one per item not cached).
+    batch), the write's answer says so: ``item_unchanged`` is sent and the database write is
+    skipped (stat ``cache/unchanged``): an item is never skipped because of a cache entry whose
+    write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
+    (stat ``cache/errors``, one per item not cached).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -103,9 +104,14 @@ class RedisCachePipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self._failing = False
-        #: (cache key, content hash, item json, future of the stored hash or the Redis error), in arrival order.
-        self._waiting: list[tuple[str, str, str, asyncio.Future[Any]]] = []
+        #: (cache key, content hash, item json, item), in arrival order.
+        self._waiting: list[tuple[str, str, str, Any]] = []
         self._writer: asyncio.Future[None] | None = None
+        #: Items passed to the writer so far, and those whose write has been answered (or failed).
+        self._queued = 0
+        self._answered = 0
+        #: (items queued when asked, future) of each :meth:`settled` call waiting.
+        self._settling: list[tuple[int, asyncio.Future[None]]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
@@ -143,22 +149,38 @@ class RedisCachePipeline:
             return item
         key, content_hash, values = key_hash
         data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict())
-        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((key, content_hash, data, done))
+        self._waiting.append((key, content_hash, data, item))
+        self._queued += 1
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_batches())
-        old = await done
-        if isinstance(old, Exception):
-            return item  # counted and logged by the batch
-        if content_hash and old is not None and old.decode() == content_hash:
-            self.stats.inc_value("cache/unchanged")
-            self.crawler.signals.send_catch_log(item_unchanged, item=item)
         return item
 
+    async def settled(self) -> None:
+        """Return once the write of every item passed so far has been answered, so that
+        ``item_unchanged`` has been sent for each of them that is unchanged (right away if
+        nothing is in flight)."""
+        if self._answered >= self._queued:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settling.append((self._queued, done))
+        await done
+
+    def _settle(self) -> None:
+        waiting = []
+        for upto, done in self._settling:
+            if self._answered < upto:
+                waiting.append((upto, done))
+            elif not done.done():
+                done.set_result(None)
+        self._settling = waiting
+
+    async def close_spider(self) -> None:
+        await self.settled()
+
     async def _write_batches(self) -> None:
-        """Write the waiting items, a batch at a time, until none is left; each item's future
-        gets its stored hash (bytes or None), or the exception when the batch failed."""
-        batch: list[tuple[str, str, str, asyncio.Future[Any]]] = []
+        """Write the waiting items, a batch at a time, until none is left; send
+        ``item_unchanged`` for each item whose stored hash equals its content hash."""
+        batch: list[tuple[str, str, str, Any]] = []
         try:
             await asyncio.sleep(BATCH_WINDOW)
             while self._waiting:
@@ -176,20 +198,23 @@ class RedisCachePipeline:
                     if not self._failing:
                         self._failing = True
                         logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
-                    olds = [exc] * len(batch)
+                    olds = [None] * len(batch)
                 else:
                     if self._failing:
                         self._failing = False
                         logger.warning("Redis cache writes work again")
                     self.stats.inc_value("cache/written", len(batch))
                     self.stats.inc_value("cache/batches")
-                for (_, _, _, done), old in zip(batch, olds):
-                    if not done.done():
-                        done.set_result(old)
+                for (_, content_hash, _, item), old in zip(batch, olds):
+                    if content_hash and old is not None and old.decode() == content_hash:
+                        self.stats.inc_value("cache/unchanged")
+                        self.crawler.signals.send_catch_log(item_unchanged, item=item)
+                self._answered += len(batch)
+                batch = []
+                self._settle()
         finally:
             self._writer = None
-            # Cancelled mid-way (the loop closing): no item waits forever, none is skipped.
-            for _, _, _, done in batch + self._waiting:
-                if not done.done():
-                    done.set_result(None)
+            # Cancelled mid-way (the loop closing): nobody waits forever, nothing is skipped.
+            self._answered = self._queued
             self._waiting = []
+            self._settle()

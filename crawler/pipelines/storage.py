@@ -28,7 +28,7 @@ from crawler.deadletter import DeadLetters, item_record
 from crawler.distributed.connection import ConfigError, node_id_of, optional_shared_redis, redact_url, sync_redis
 from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.keys import Keys
-from crawler.pipelines.cache import item_unchanged, items_stored
+from crawler.pipelines.cache import RedisCachePipeline, item_unchanged, items_stored
 from crawler.schema import iter_item_classes, schema_of, to_row
 from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
 
@@ -44,6 +44,8 @@ _Entry = tuple["Schema", Any, tuple[Any, ...], Any, "asyncio.Future[None] | None
 
 #: Seconds between two looks at ``<spider>:items:pending`` while items flow.
 REPLAY_EVERY = 30.0
+#: Most unchanged-item marks kept for items not seen yet (see ``StoragePipeline._on_unchanged``).
+UNCHANGED_MAX = 10_000
 
 
 class StoragePipeline:
@@ -60,7 +62,12 @@ class StoragePipeline:
         self.stats = crawler.stats
         #: (schema, item, row, its SQL literal or None, future set once the row is committed), in arrival order.
         self._batch: list[_Entry] = []
-        self._unchanged: set[int] = set()
+        #: Items the cache found unchanged since their last commit, by id (held, so that an id
+        #: is not reused while it is here), until their batch skips them.
+        self._unchanged: dict[int, Any] = {}
+        #: The Redis cache pipeline of this crawl, if any: a batch is written once its items'
+        #: cache writes are answered (:meth:`RedisCachePipeline.settled`).
+        self._cache: RedisCachePipeline | None = None
         self._timer: asyncio.TimerHandle | None = None
         #: A flush task is scheduled and has not taken its batch yet: the items arriving
         #: meanwhile ride with it, so a burst of items never queues a task per item.
@@ -78,7 +85,11 @@ class StoragePipeline:
         return cls(crawler)
 
     def _on_unchanged(self, item: Any) -> None:
-        self._unchanged.add(id(item))
+        if len(self._unchanged) >= UNCHANGED_MAX:
+            # Only items some later pipeline dropped before storage stay here: forgetting them
+            # costs at most a rewrite of an unchanged item.
+            self._unchanged.clear()
+        self._unchanged[id(item)] = item
 
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -100,8 +111,17 @@ class StoragePipeline:
             fail_at_open(self.crawler, "MYSQL_URL %s: cannot connect (%s)", redact_url(self.mysql_url), exc)
             return
         logger.info("Storing items in %s", self.backend.name)
+        self._cache = self._find_cache()
         self._sync_redis = sync_redis(self.crawler.settings) if redis is not None else None
         await self._replay()
+
+    def _find_cache(self) -> RedisCachePipeline | None:
+        """The Redis cache pipeline among this crawl's item pipelines, if it runs."""
+        try:
+            itemproc = self.crawler.engine.scraper.itemproc
+        except (RuntimeError, AttributeError):  # no engine: the pipeline used on its own
+            return None
+        return next((mw for mw in getattr(itemproc, "middlewares", ()) if isinstance(mw, RedisCachePipeline)), None)
 
     async def _replay(self) -> None:
         """Write the items other batches left in ``<spider>:items:pending`` (see
@@ -131,10 +151,6 @@ class StoragePipeline:
         schema = schema_of(item)
         if schema is None:
             self.stats.inc_value("storage/skipped/no_schema")
-            return item
-        if id(item) in self._unchanged:
-            self._unchanged.discard(id(item))
-            self.stats.inc_value("storage/skipped/unchanged")
             return item
         try:
             # Built here rather than when the batch is written, so that it overlaps the database's
@@ -177,6 +193,9 @@ class StoragePipeline:
             batch, self._batch = self._batch[: self.batch_size], self._batch[self.batch_size :]
             if self._batch:
                 self._kick()  # written right after this batch, as one batch however many arrive meanwhile
+            if self._cache is not None:
+                await self._cache.settled()  # usually at once: the cache's answers arrive first
+                batch = self._skip_unchanged(batch)
             if not batch:
                 return
             try:
@@ -187,6 +206,21 @@ class StoragePipeline:
             if self._replay_wanted or time.monotonic() > self._next_replay:
                 self._replay_wanted = False
                 await self._replay()
+
+    def _skip_unchanged(self, batch: list[_Entry]) -> list[_Entry]:
+        """The entries to write: those the cache did not find unchanged (the others are done)."""
+        if not self._unchanged:
+            return batch
+        kept = []
+        for entry in batch:
+            if self._unchanged.pop(id(entry[1]), None) is None:
+                kept.append(entry)
+                continue
+            self.stats.inc_value("storage/skipped/unchanged")
+            done = entry[4]
+            if done is not None and not done.done():
+                done.set_result(None)
+        return kept
 
     async def _write(self, batch: list[_Entry]) -> None:
         by_table: dict[str, list[_Entry]] = {}
