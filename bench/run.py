@@ -130,10 +130,12 @@ def run_crawls(args: argparse.Namespace, redis_url: str, results: dict[str, Any]
             plan.append(("this project, 1 worker", "frontier", 1))
         plan.append((STORAGE_RUN, "frontier", 1))
     timeout = max(600.0, args.pages / 5)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in plan}
     with speed.Nginx(site) as server:
-        for name, mode, workers in plan:
-            runs = []
-            for _ in range(args.repeat):
+        # Round after round of every kind (not all runs of one kind, then the next): a machine
+        # that slows down or speeds up over the minutes of the benchmark moves every kind alike.
+        for _ in range(args.repeat):
+            for name, mode, workers in plan:
                 mysql_url = None
                 if name == STORAGE_RUN:
                     mysql_url = args.mysql
@@ -146,9 +148,10 @@ def run_crawls(args: argparse.Namespace, redis_url: str, results: dict[str, Any]
                 finally:
                     if mysql_url:
                         storage.drop_database(mysql_url)
-                runs.append(r)
+                runs[name].append(r)
                 print(f"{name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s (load {r['load_before']} -> {r['load_after']})", flush=True)
-            results["crawls"][name] = median_run(runs)
+    for name, kind in runs.items():
+        results["crawls"][name] = median_run(kind)
 
 
 def run_dedup(args: argparse.Namespace, results: dict[str, Any]) -> None:
