@@ -4,7 +4,9 @@ that is not set, an SQLite file (``SQLITE_PATH``).
 Items are written by group commit on one worker thread, never on the reactor: a batch is written
 as soon as the writer is free, and the items arriving while it writes make the next batch (at
 most ``STORAGE_BATCH_SIZE`` items; ``STORAGE_FLUSH_INTERVAL`` seconds, default 0, makes the
-first item of a batch wait that long for others). ``process_item``
+first item of a batch wait that long for others). With the Redis cache pipeline on, a batch
+first waits for its items' cache answers and skips the items the cache found unchanged since
+their last commit. ``process_item``
 returns only once its item is committed, so Scrapy - and the frontier's lease - sees a page as
 done only when its items are durable. A lost connection is retried with backoff without losing
 the batch; after ``STORAGE_RETRY_TIMEOUT`` seconds the batch is kept in ``<spider>:items:pending``
