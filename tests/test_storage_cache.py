@@ -23,7 +23,7 @@ def page(i: int, content_hash: str | None = None) -> Page:
     )
 
 
-async def _cache(redis_url: str, rounds: list, stored_after: list | None = None) -> dict:
+async def _cache(redis_url: str, rounds: list, stored_after: list | None = None, settings: dict | None = None) -> dict:
     """Open a RedisCachePipeline for spider ``site``; feed each round's items all at once
     and wait until their writes are answered (after the first round, send ``items_stored`` for
     ``stored_after``); return the stats, the items each round returned and the items reported
@@ -33,7 +33,7 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None)
 
     from crawler.pipelines.cache import RedisCachePipeline
 
-    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600})
+    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600, **(settings or {})})
     crawler.spider = crawler._create_spider()
     pipeline = RedisCachePipeline.from_crawler(crawler)
     await pipeline.open_spider()
@@ -77,6 +77,19 @@ def test_only_items_the_database_confirmed_are_reported_unchanged(redis_url):
     assert [item["url"] for item in out["unchanged"][1]] == ["http://h/0", "http://h/1"]
     assert out["stats"]["cache/unchanged"] == 2
     assert out["returned"][1] == again
+
+
+def test_a_hash_stored_in_one_database_skips_no_write_to_another(redis_url):
+    """A stored hash names the database that confirmed it: the same pages sent to another
+    MYSQL_URL (here only the database name differs) are all written there."""
+    items = [page(i) for i in range(4)]
+    first = {"MYSQL_URL": "mysql://crawler:secret@db.example:3306/first"}
+    out = asyncio.run(_cache(redis_url, [items, items], stored_after=items, settings=first))
+    assert [len(unchanged) for unchanged in out["unchanged"]] == [0, 4]
+    other = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:secret@db.example:3306/other"}))
+    assert other["unchanged"] == [[]] and "cache/unchanged" not in other["stats"]
+    again = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:changed@db.example:3306/first"}))
+    assert len(again["unchanged"][0]) == 4  # a new password is the same database
 
 
 def test_a_redis_error_never_drops_an_item(redis_url):

@@ -6,12 +6,13 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 
-from crawler.distributed.connection import describe_error, optional_shared_redis
+from crawler.distributed.connection import describe_error, optional_shared_redis, redact_url
 from crawler.distributed.keys import Keys
 from crawler.schema import item_values, schema_of
 from crawler.startup import read_setting
@@ -53,7 +54,7 @@ return out
 """
 
 _MARK_STORED = """
--- KEYS: cache keys.  ARGV: the content hash stored for each.
+-- KEYS: cache keys.  ARGV: the stored hash (<store id>:<content hash>) of each.
 for i = 1, #KEYS do redis.call('HSET', KEYS[i], 'stored_hash', ARGV[i]) end
 return #KEYS
 """
@@ -62,6 +63,16 @@ return #KEYS
 def cache_key(prefix: str, unique_value: Any) -> str:
     """``<spider>:items:cache:<sha1 hex of the unique key's value>``."""
     return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
+
+
+def store_id(settings: Any) -> str:
+    """Which database confirmed a stored hash: the first 12 hex digits of the SHA-1 of
+    ``MYSQL_URL`` (its password left out) or, without it, of the absolute ``SQLITE_PATH``.
+    A stored hash counts only for the database that confirmed it, so pointing a crawl at
+    another database writes every item there."""
+    url = settings.get("MYSQL_URL")
+    where = redact_url(url) if url else os.path.abspath(settings.get("SQLITE_PATH", "crawl.sqlite3"))
+    return hashlib.sha1(where.encode()).hexdigest()[:12]
 
 
 def _jsonable(value: Any) -> Any:
@@ -86,8 +97,8 @@ class RedisCachePipeline:
     once, and the storage pipeline waits, once per batch, for :meth:`settled`.
 
     When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
-    committed (``stored_hash``, set on the ``items_stored`` signal, in one round trip per
-    batch), the write's answer says so: ``item_unchanged`` is sent and the database write is
+    committed to the same database (``stored_hash`` = ``<store_id>:<content hash>``, set on the
+    ``items_stored`` signal, in one round trip per batch), the write's answer says so: ``item_unchanged`` is sent and the database write is
     skipped (stat ``cache/unchanged``): an item is never skipped because of a cache entry whose
     write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
     (stat ``cache/errors``, one per item not cached).
@@ -103,7 +114,9 @@ class RedisCachePipeline:
         self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
         self.crawler = crawler
         self.stats = crawler.stats
+        self.store = store_id(settings)
         self._failing = False
+        self._marks_failing = False
         #: (cache key, content hash, item json, item), in arrival order.
         self._waiting: list[tuple[str, str, str, Any]] = []
         self._writer: asyncio.Future[None] | None = None
@@ -138,10 +151,16 @@ class RedisCachePipeline:
         if not marks:
             return
         try:
-            await self._mark(keys=[key for key, _, _ in marks], args=[content_hash for _, content_hash, _ in marks])
+            await self._mark(keys=[key for key, _, _ in marks], args=[f"{self.store}:{content_hash}" for _, content_hash, _ in marks])
         except Exception as exc:
-            self.stats.inc_value("cache/errors")
-            logger.warning("Could not mark %d items as stored in the Redis cache (%s)", len(marks), describe_error(exc))
+            self.stats.inc_value("cache/errors", len(marks))
+            if not self._marks_failing:
+                self._marks_failing = True
+                logger.warning("Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers", describe_error(exc))
+        else:
+            if self._marks_failing:
+                self._marks_failing = False
+                logger.warning("Marking items as stored in the Redis cache works again")
 
     async def process_item(self, item: Any) -> Any:
         key_hash = self._key(item) if self._put is not None else None
@@ -206,7 +225,7 @@ class RedisCachePipeline:
                     self.stats.inc_value("cache/written", len(batch))
                     self.stats.inc_value("cache/batches")
                 for (_, content_hash, _, item), old in zip(batch, olds):
-                    if content_hash and old is not None and old.decode() == content_hash:
+                    if content_hash and old is not None and old.decode() == f"{self.store}:{content_hash}":
                         self.stats.inc_value("cache/unchanged")
                         self.crawler.signals.send_catch_log(item_unchanged, item=item)
                 self._answered += len(batch)
