@@ -7,6 +7,7 @@ a row and a re-crawl updates the row in place.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 #: 2014 commands out of sync, 2055 lost connection (MariaDB Connector error codes), and the
 #: server-side 1053 server shutdown in progress, 1927 connection was killed, 1205 lock wait
 #: timeout, 1213 deadlock (MariaDB error codes: https://mariadb.com/kb/en/mariadb-error-codes/).
+DEFAULT_SQLITE_PATH = "crawl.sqlite3"
 RETRYABLE_MYSQL_ERRORS = frozenset({2003, 2006, 2013, 2014, 2055, 1053, 1927, 1205, 1213, 0})
 
 
@@ -84,6 +86,21 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
         "password": unquote(parts.password or ""),
         "database": database,
     }
+
+
+def backend_for(settings: Any) -> MySQLBackend | SQLiteBackend:
+    """The storage backend the settings name, not connected yet: MySQL at ``MYSQL_URL`` or,
+    without it, the SQLite file ``SQLITE_PATH`` (default ``crawl.sqlite3``). Raises
+    :class:`ConfigError` for a ``MYSQL_URL`` that is not a MySQL URL."""
+    url = settings.get("MYSQL_URL")
+    return MySQLBackend(url) if url else SQLiteBackend(settings.get("SQLITE_PATH", DEFAULT_SQLITE_PATH))
+
+
+def storage_target(settings: Any) -> str:
+    """Which database :func:`backend_for` names, safe to log and stable across password
+    changes: ``MYSQL_URL`` with its password left out, or the absolute ``SQLITE_PATH``."""
+    url = settings.get("MYSQL_URL")
+    return redact_url(url) if url else os.path.abspath(settings.get("SQLITE_PATH", DEFAULT_SQLITE_PATH))
 
 
 class MySQLBackend:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.cli import RedisCommand
 from crawler.distributed.connection import ConfigError, redact_url
-from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
+from crawler.storage import ConnectionLost, backend_for, replay_pending
 
 if TYPE_CHECKING:
     import argparse
@@ -27,7 +27,7 @@ class Command(RedisCommand):
         node = f"replay:{os.getpid()}"
         backend = None
         try:
-            backend = MySQLBackend(url) if url else SQLiteBackend(self.settings.get("SQLITE_PATH", "crawl.sqlite3"))
+            backend = backend_for(self.settings)
             backend.connect()
             written, refused = replay_pending(client, keys, node, backend)
         except ConfigError as exc:

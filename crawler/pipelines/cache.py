@@ -6,16 +6,16 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 
-from crawler.distributed.connection import describe_error, optional_shared_redis, redact_url
+from crawler.distributed.connection import describe_error, optional_shared_redis
 from crawler.distributed.keys import Keys
 from crawler.schema import item_values, schema_of
 from crawler.startup import read_setting
+from crawler.storage import storage_target
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -67,12 +67,9 @@ def cache_key(prefix: str, unique_value: Any) -> str:
 
 def store_id(settings: Any) -> str:
     """Which database confirmed a stored hash: the first 12 hex digits of the SHA-1 of
-    ``MYSQL_URL`` (its password left out) or, without it, of the absolute ``SQLITE_PATH``.
-    A stored hash counts only for the database that confirmed it, so pointing a crawl at
-    another database writes every item there."""
-    url = settings.get("MYSQL_URL")
-    where = redact_url(url) if url else os.path.abspath(settings.get("SQLITE_PATH", "crawl.sqlite3"))
-    return hashlib.sha1(where.encode()).hexdigest()[:12]
+    :func:`crawler.storage.storage_target`. A stored hash counts only for the database that
+    confirmed it, so pointing a crawl at another database writes every item there."""
+    return hashlib.sha1(storage_target(settings).encode()).hexdigest()[:12]
 
 
 def _jsonable(value: Any) -> Any:
@@ -98,9 +95,9 @@ class RedisCachePipeline:
 
     When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
     committed to the same database (``stored_hash`` = ``<store_id>:<content hash>``, set on the
-    ``items_stored`` signal, in one round trip per batch), the write's answer says so: ``item_unchanged`` is sent and the database write is
-    skipped (stat ``cache/unchanged``): an item is never skipped because of a cache entry whose
-    write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
+    ``items_stored`` signal, in one round trip per batch), the write's answer says so:
+    ``item_unchanged`` is sent and the database write is skipped (stat ``cache/unchanged``): an
+    item is never skipped because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
     (stat ``cache/errors``, one per item not cached).
     """
 

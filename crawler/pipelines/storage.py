@@ -32,7 +32,7 @@ from crawler.startup import fail_at_open, read_setting
 from crawler.distributed.keys import Keys
 from crawler.pipelines.cache import RedisCachePipeline, item_unchanged, items_stored
 from crawler.schema import iter_item_classes, schema_of, to_row
-from crawler.storage import ConnectionLost, MySQLBackend, SQLiteBackend, replay_pending
+from crawler.storage import ConnectionLost, backend_for, replay_pending
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -59,7 +59,6 @@ class StoragePipeline:
         self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.0, minimum=0)
         self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, 60.0, minimum=0)
         self.mysql_url = settings.get("MYSQL_URL")
-        self.sqlite_path = settings.get("SQLITE_PATH", "crawl.sqlite3")
         self.crawler = crawler
         self.stats = crawler.stats
         #: (schema, item, row, its SQL literal or None, future set once the row is committed), in arrival order.
@@ -102,7 +101,7 @@ class StoragePipeline:
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
         try:
-            self.backend = MySQLBackend(self.mysql_url) if self.mysql_url else SQLiteBackend(self.sqlite_path)
+            self.backend = backend_for(self.crawler.settings)
             await self._in_thread(self.backend.connect)
             for cls in iter_item_classes(crawler.items):
                 await self._ensure_table(schema_of(cls))
