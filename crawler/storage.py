@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
@@ -250,11 +251,20 @@ class SQLiteBackend:
         self.name = f"SQLite {path}"
 
     def connect(self) -> None:
-        try:
-            self.conn = sqlite3.connect(self.path, check_same_thread=False)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.Error as exc:
-            raise ConfigError(f"SQLITE_PATH {self.path!r}: {exc}") from None
+        for attempt in range(50):
+            try:
+                self.conn = sqlite3.connect(self.path, check_same_thread=False)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                # Switching to WAL answers SQLITE_BUSY at once, without the busy timeout, while
+                # another process (a second worker on the same file) opens it: try again.
+                if "locked" not in str(exc) or attempt == 49:
+                    raise ConfigError(f"SQLITE_PATH {self.path!r}: {exc}") from None
+                self.close()
+                time.sleep(0.1)
+            except sqlite3.Error as exc:
+                raise ConfigError(f"SQLITE_PATH {self.path!r}: {exc}") from None
 
     def close(self) -> None:
         if self.conn is not None:
