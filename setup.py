@@ -1,11 +1,21 @@
-"""Packaging for scrapyd eggs (`scrapyd-deploy` builds the egg from this file)."""
+"""Packaging. ``pip install .`` builds the reusable library, ``scrapy_frontier``, with its
+dependencies from ``pyproject.toml``. ``scrapyd-deploy`` runs ``python setup.py bdist_egg``: the
+egg also carries this Scrapy project (``crawler/``) and the ``scrapy`` settings entry point that
+scrapyd reads, and nothing else; a pip install never ships a package named ``crawler``."""
+
+import sys
 
 from setuptools import find_packages, setup
 
+EGG = "bdist_egg" in sys.argv
+COMMANDS = ["status", "push", "requeue", "replay", "forget"]
+entry_points = {"scrapy.commands": [f"{name} = scrapy_frontier.commands.{name}:Command" for name in COMMANDS]}
+if EGG:
+    entry_points["scrapy"] = ["settings = crawler.settings"]
+
 setup(
-    name="crawler",
-    version="0.1.0",
-    packages=find_packages(include=["crawler", "crawler.*"]),
-    entry_points={"scrapy": ["settings = crawler.settings"]},
+    packages=find_packages(include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else [])),
+    package_data={"scrapy_frontier": ["lua/*.lua", "py.typed"]},
+    entry_points=entry_points,
     zip_safe=False,
 )

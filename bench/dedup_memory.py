@@ -25,8 +25,8 @@ from pathlib import Path
 import redis
 from scrapy.settings import Settings
 
-from crawler.distributed.dupefilter import DedupConfig, Dupefilter, bloom_size
-from crawler.distributed.keys import Keys
+from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, bloom_size
+from scrapy_frontier.keys import Keys
 
 OUT = Path(__file__).resolve().parent / "out"
 BATCH = 1000

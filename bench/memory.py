@@ -6,7 +6,7 @@ pipelines off) while the frontier grows to REQUESTS requests; the worker's RSS
 frontier's size. Two ways to grow it:
 
 - ``--source push`` (default): this script queues distinct requests for
-  ``/fill/<n>`` (a page without links) with :meth:`crawler.distributed.frontier.Frontier.push`,
+  ``/fill/<n>`` (a page without links) with :meth:`scrapy_frontier.frontier.Frontier.push`,
   in batches of 10,000, as a worker's scheduler does, and the worker crawls them meanwhile. At
   each checkpoint (0, REQUESTS/3, 2*REQUESTS/3, REQUESTS) pushing pauses HOLD seconds and the
   worker's RSS is read at the end of the pause.
@@ -63,7 +63,7 @@ def make_site(fan: int) -> Path:
 
 def frontier_size(client: redis.Redis) -> int:
     """Requests queued in the frontier: the sum of the per-host queues ``site:requests:<host>``
-    listed in ``site:requests`` (see crawler/distributed/keys.py)."""
+    listed in ``site:requests`` (see scrapy_frontier/keys.py)."""
     hosts = client.zrange("site:requests", 0, -1)
     if not hosts:
         return 0
@@ -111,9 +111,9 @@ async def fill(redis_url: str, base_url: str, requests: int, checkpoints: list[i
     from scrapy import Request
     from scrapy.settings import Settings
 
-    from crawler.distributed.frontier import Entry, Frontier, slot_of
-    from crawler.distributed.keys import Keys
-    from crawler.distributed.serialize import request_to_json
+    from scrapy_frontier.frontier import Entry, Frontier, slot_of
+    from scrapy_frontier.keys import Keys
+    from scrapy_frontier.serialize import request_to_json
     from crawler.spiders.site import SiteSpider
 
     spider = SiteSpider()

@@ -1,6 +1,6 @@
 """MySQL write-through speed: the storage pipeline alone, fed ~1 KB Page items.
 
-Builds :class:`crawler.pipelines.storage.StoragePipeline` from a crawler with this project's
+Builds :class:`scrapy_frontier.pipelines.storage.StoragePipeline` from a crawler with this project's
 settings (``MYSQL_URL`` pointing at a bench database, no ``REDIS_URL``), opens it, and calls its
 ``process_item`` for ITEMS distinct Page items (about 1 KB each once serialized), keeping
 IN_FLIGHT of them waiting at once, as a crawl's scraper does; an item counts once its batch is
@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 import pymysql  # noqa: E402
 
 from crawler.items import Page  # noqa: E402
-from crawler.storage import parse_mysql_url  # noqa: E402
+from scrapy_frontier.storage import parse_mysql_url  # noqa: E402
 
 DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/crawler_bench"
 _WORDS = "crawler frontier lease politeness fingerprint scheduler pipeline storage batch upsert".split()
@@ -61,7 +61,7 @@ def make_page(i: int, base: datetime) -> Page:
 
 def row_bytes(page: Page) -> int:
     """Bytes of the row the pipeline writes for ``page`` (its values as the driver sends them)."""
-    from crawler.schema import schema_of, to_row
+    from scrapy_frontier.schema import schema_of, to_row
 
     return sum(len(str(v).encode()) for v in to_row(page, schema_of(page)) if v is not None)
 
@@ -124,7 +124,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
     from scrapy.utils.project import get_project_settings
     from scrapy.utils.test import get_crawler
 
-    from crawler.pipelines.storage import StoragePipeline
+    from scrapy_frontier.pipelines.storage import StoragePipeline
 
     settings = get_project_settings()
     overrides: dict[str, Any] = {

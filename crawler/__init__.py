@@ -1,1 +1,3 @@
-"""A distributed Scrapy crawler: shared Redis frontier, leases, validated items in Redis and MySQL."""
+"""This repository's Scrapy project: its settings, the ``site`` spider and its item types.
+
+The distributed machinery it runs on is the reusable library :mod:`scrapy_frontier`."""

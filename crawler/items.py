@@ -1,4 +1,4 @@
-"""Item types and their schemas (see :mod:`crawler.schema` for the metadata keys)."""
+"""Item types and their schemas (see :mod:`scrapy_frontier.schema` for the metadata keys)."""
 
 from __future__ import annotations
 

@@ -8,14 +8,14 @@ import os
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
-COMMANDS_MODULE = "crawler.commands"
+COMMANDS_MODULE = "scrapy_frontier.commands"
 
 # Distributed mode is on when REDIS_URL is set (here, with -s, or in the environment).
 REDIS_URL = os.environ.get("REDIS_URL") or None
 # MySQL write-through storage when MYSQL_URL is set; an SQLite file otherwise.
 MYSQL_URL = os.environ.get("MYSQL_URL") or None
 
-ADDONS = {"crawler.addon.DistributedAddon": 0}
+ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}
 
 ROBOTSTXT_OBEY = True
 USER_AGENT = "crawler (+https://github.com/)"
@@ -35,9 +35,9 @@ AUTOTHROTTLE_MAX_DELAY = 30.0
 AUTOTHROTTLE_TARGET_CONCURRENCY = 4.0
 
 ITEM_PIPELINES = {
-    "crawler.pipelines.validation.ValidationPipeline": 100,
-    "crawler.pipelines.cache.RedisCachePipeline": 200,
-    "crawler.pipelines.storage.StoragePipeline": 300,
+    "scrapy_frontier.pipelines.validation.ValidationPipeline": 100,
+    "scrapy_frontier.pipelines.cache.RedisCachePipeline": 200,
+    "scrapy_frontier.pipelines.storage.StoragePipeline": 300,
 }
 
 DOWNLOADER_MIDDLEWARES = {
@@ -45,15 +45,15 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
     # robots.txt fetched once per host for the whole crawl (Scrapy's own in embedded mode).
     "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
-    "crawler.middlewares.robotstxt.SharedRobotsTxtMiddleware": 100,
-    "crawler.middlewares.retry.BackoffRetryMiddleware": 550,
+    "scrapy_frontier.downloadermiddlewares.robotstxt.SharedRobotsTxtMiddleware": 100,
+    "scrapy_frontier.downloadermiddlewares.retry.BackoffRetryMiddleware": 550,
     # Last before the download: waits for the host's shared send time (distributed mode only).
-    "crawler.middlewares.politeness.SharedPolitenessMiddleware": 960,
+    "scrapy_frontier.downloadermiddlewares.politeness.SharedPolitenessMiddleware": 960,
 }
 RETRY_HTTP_CODES = [500, 502, 503, 504, 522, 524, 408, 429]
 
 FEED_EXPORT_ENCODING = "utf-8"
-LOG_FORMATTER = "crawler.logformatter.LogFormatter"
+LOG_FORMATTER = "scrapy_frontier.observability.logformatter.LogFormatter"
 
 # Logs and metrics (README "Logs and metrics"). Each is also read from the environment variable
 # of the same name; -s wins over both.
@@ -64,9 +64,9 @@ METRICS_PORT = os.environ.get("METRICS_PORT", "9410-9429")
 EXTENSIONS = {
     # Scrapy's progress line, plus the cluster's figures in distributed mode.
     "scrapy.extensions.logstats.LogStats": None,
-    "crawler.extensions.logstats.ClusterLogStats": 0,
+    "scrapy_frontier.observability.logstats.ClusterLogStats": 0,
     # Prometheus metrics, cluster totals in <spider>:stats, JSON logs.
-    "crawler.extensions.observability.Observability": 0,
-    # Startup objects out of the full garbage collections (crawler/extensions/gcfreeze.py).
-    "crawler.extensions.gcfreeze.GcFreeze": 0,
+    "scrapy_frontier.observability.extension.Observability": 0,
+    # Startup objects out of the full garbage collections (scrapy_frontier/gcfreeze.py).
+    "scrapy_frontier.gcfreeze.GcFreeze": 0,
 }

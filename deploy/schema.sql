@@ -1,4 +1,4 @@
--- Generated from crawler/items.py by crawler.storage.schema_sql(); the storage pipeline runs the same DDL at start.
+-- Generated from crawler/items.py by scrapy_frontier.storage.schema_sql(); the storage pipeline runs the same DDL at start.
 CREATE TABLE IF NOT EXISTS `pages` (
   `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
   `url` VARCHAR(2048) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,

@@ -63,13 +63,13 @@ def code_facts() -> CodeFacts:
     from scrapy.utils.misc import walk_modules_iter
     from scrapy.utils.spider import iter_spider_classes
 
-    import crawler.metrics
-    from crawler.storage import schema_sql
+    import scrapy_frontier.observability.metrics
+    from scrapy_frontier.storage import schema_sql
 
-    specs = getattr(crawler.metrics, "METRICS", ())
+    specs = getattr(scrapy_frontier.observability.metrics, "METRICS", ())
     return CodeFacts(
         env=frozenset(code_env_names()),
-        metrics=frozenset(crawler.metrics.METRIC_NAMES),
+        metrics=frozenset(scrapy_frontier.observability.metrics.METRIC_NAMES),
         histograms=frozenset(s.name for s in specs if s.kind.__name__ == "Histogram"),
         labels=frozenset(label for s in specs for label in s.labels),
         spiders=frozenset(cls.name for module in walk_modules_iter("crawler.spiders") for cls in iter_spider_classes(module)),
@@ -382,7 +382,7 @@ def check_metrics(d: Deployment, facts: CodeFacts) -> list[str]:
         if not metrics:
             problems.append(f"{where}: no metric in {expr!r}")
         used |= metrics
-        problems += [f"{where}: metric {m} is not exposed by crawler.metrics" for m in sorted(metrics - known)]
+        problems += [f"{where}: metric {m} is not exposed by scrapy_frontier.observability.metrics" for m in sorted(metrics - known)]
         if facts.labels:
             problems += [f"{where}: label {label} is on no exposed metric" for label in sorted(labels - known_labels)]
     main = dashboards.get("grafana/dashboard.json", {})
@@ -476,7 +476,7 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     workers' REDIS_URL and MYSQL_URL name the compose services, database and user."""
     problems = []
     if d.files.get("schema.sql") != facts.schema_sql:
-        problems.append("deploy/schema.sql differs from `python -m crawler.storage` (it is generated: do not edit it)")
+        problems.append("deploy/schema.sql differs from `python -m scrapy_frontier.storage` (it is generated: do not edit it)")
     found = d.service_with_image("mariadb") or d.service_with_image("mysql")
     if not found:
         return problems + ["compose.yaml: no mariadb service"]

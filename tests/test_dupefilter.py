@@ -13,8 +13,8 @@ import redis.asyncio
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 
-from crawler.distributed.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, bloom_size, claim
-from crawler.distributed.keys import Keys
+from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, bloom_size, claim
+from scrapy_frontier.keys import Keys
 from tests.test_commands import run as run_command
 
 KEYS = Keys.for_spider(Settings(), "site")

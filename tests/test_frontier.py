@@ -6,9 +6,9 @@ import time
 import redis
 import redis.asyncio
 
-from crawler.distributed.frontier import START_PREFIX, Entry, Frontier, slot_of
-from crawler.distributed.heartbeat import Heartbeat
-from crawler.distributed.keys import Keys
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
+from scrapy_frontier.nodes import Heartbeat
+from scrapy_frontier.keys import Keys
 from scrapy.settings import Settings
 
 KEYS = Keys.for_spider(Settings(), "site")

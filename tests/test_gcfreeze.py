@@ -11,7 +11,7 @@ from scrapy import Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
-from crawler.extensions.gcfreeze import GcFreeze
+from scrapy_frontier.gcfreeze import GcFreeze
 
 
 class _Node:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler.metrics import METRIC_NAMES
+from scrapy_frontier.observability.metrics import METRIC_NAMES
 from tests.conftest import ROOT
 
 NODE = re.compile(r"^[^:]+:(\d+):[0-9a-f]{6}$")
@@ -237,7 +237,7 @@ def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
 
 
 def test_metrics_port_values():
-    from crawler.extensions.observability import parse_ports
+    from scrapy_frontier.observability.extension import parse_ports
 
     assert parse_ports("9410-9412") == [9410, 9411, 9412]
     assert parse_ports(9410) == [9410] and parse_ports("0") == [0] and parse_ports(" 65535 ") == [65535]
@@ -251,7 +251,7 @@ def test_metrics_port_values():
 
 
 def test_metric_names_are_what_a_worker_exposes():
-    from crawler.metrics import Metrics
+    from scrapy_frontier.observability.metrics import Metrics
 
     metrics = Metrics()
     for name, kind in (("pages", "counter"), ("download_latency_seconds", "histogram"), ("frontier_depth", "gauge")):

@@ -4,7 +4,7 @@
 import pytest
 
 from crawler.items import Page
-from crawler.schema import validate
+from scrapy_frontier.schema import validate
 from crawler.spiders.site import HOSTS_META, SiteSpider
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.middlewares.retry import backoff_delay, parse_retry_after
+from scrapy_frontier.downloadermiddlewares.retry import backoff_delay, parse_retry_after
 from tests.conftest import free_port, wait_port
 
 HERE = Path(__file__).resolve().parent

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from crawler.items import Page
-from crawler.schema import ValidationError, to_row, validate, schema_of
-from crawler.storage import schema_sql
+from scrapy_frontier.schema import ValidationError, to_row, validate, schema_of
+from scrapy_frontier.storage import schema_sql
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,4 +55,4 @@ def test_row_serializes_lists_and_utc_datetimes():
 
 
 def test_deploy_schema_matches_the_items():
-    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(), "regenerate with: python -m crawler.storage > deploy/schema.sql"
+    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(), "regenerate with: python -m scrapy_frontier.storage > deploy/schema.sql"

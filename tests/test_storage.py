@@ -8,8 +8,8 @@ from datetime import datetime
 import pytest
 
 from crawler.items import Page
-from crawler.schema import schema_of, to_row
-from crawler.storage import MySQLBackend
+from scrapy_frontier.schema import schema_of, to_row
+from scrapy_frontier.storage import MySQLBackend
 
 EMOJI_TITLE = "Crawl 🕷️ report 𝄞 — ünïcödé"
 BIG_TEXT = ("Lorem ipsum dolor sit amet 🐍 " * 7000)[:200_000]
@@ -108,7 +108,7 @@ def test_upsert_updates_in_place(backend, mysql_query):
 
 
 def test_lost_connection_is_reported_as_retryable(backend, mysql_query):
-    from crawler.storage import ConnectionLost
+    from scrapy_frontier.storage import ConnectionLost
 
     schema = schema_of(Page)
     conn_id = backend.conn.thread_id()

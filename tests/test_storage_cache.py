@@ -9,7 +9,7 @@ import socket
 from datetime import datetime, timezone
 
 from crawler.items import Page
-from crawler.pipelines.cache import BATCH_MAX, cache_key, item_unchanged, items_stored
+from scrapy_frontier.pipelines.cache import BATCH_MAX, cache_key, item_unchanged, items_stored
 
 
 def page(i: int, content_hash: str | None = None) -> Page:
@@ -31,7 +31,7 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None,
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from crawler.pipelines.cache import RedisCachePipeline
+    from scrapy_frontier.pipelines.cache import RedisCachePipeline
 
     crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600, **(settings or {})})
     crawler.spider = crawler._create_spider()
@@ -110,8 +110,8 @@ async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rou
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from crawler.pipelines.cache import RedisCachePipeline
-    from crawler.pipelines.storage import StoragePipeline
+    from scrapy_frontier.pipelines.cache import RedisCachePipeline
+    from scrapy_frontier.pipelines.storage import StoragePipeline
 
     settings = {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir, "REDIS_CACHE_TTL": 3600}
     crawler = get_crawler(type("site", (Spider,), {"name": "site"}), settings)

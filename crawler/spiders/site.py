@@ -14,8 +14,8 @@ from scrapy.utils.url import url_has_any_extension
 
 from scrapy.exceptions import CloseSpider
 
-from crawler.distributed.serialize import RequestRefused, check_url
-from crawler.startup import CONFIG_ERROR
+from scrapy_frontier.serialize import RequestRefused, check_url
+from scrapy_frontier.config import CONFIG_ERROR
 from crawler.items import Page
 
 if TYPE_CHECKING:

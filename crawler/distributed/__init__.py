@@ -1,1 +1,0 @@
-"""The distributed parts: Redis connection, key names, the shared frontier and its scheduler."""

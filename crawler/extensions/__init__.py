@@ -1,7 +1,0 @@
-"""Scrapy extensions of this project (enabled in ``crawler/settings.py``, EXTENSIONS):
-
-- :class:`crawler.extensions.observability.Observability`: Prometheus metrics over HTTP, the
-  cluster-wide totals in ``<spider>:stats``, JSON logs outside ``scrapy crawl``;
-- :class:`crawler.extensions.logstats.ClusterLogStats`: Scrapy's progress line plus the
-  cluster's figures in distributed mode.
-"""

@@ -1,0 +1,48 @@
+"""``scrapy crawl``, exiting with status 2 when the crawl could not start because of a setting
+(an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
+failure. The error itself is one log line that names the setting.
+
+With ``LOG_JSON`` on, the JSON log handler (:mod:`scrapy_frontier.observability.logjson`) is installed here, before
+Scrapy logs its first line, and learns the crawler's node id as soon as the crawler exists."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.commands.crawl import Command as ScrapyCrawlCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_frontier.observability import logjson
+from scrapy_frontier.config import CONFIG_ERROR
+
+if TYPE_CHECKING:
+    import argparse
+
+    from scrapy.crawler import Crawler
+
+
+class Command(ScrapyCrawlCommand):
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        assert self.settings is not None
+        # LOG_JSON: the JSON handler must be in place before the CrawlerProcess logs its first line.
+        try:
+            logjson.install_early(self.settings, args[0] if args else None)
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+
+    def _create_crawler(self, spidercls: Any) -> Crawler:
+        crawler = super()._create_crawler(spidercls)
+        logjson.set_crawler(crawler)
+        crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
+        return crawler
+
+    def _on_closed(self, spider: Any, reason: str) -> None:
+        if reason == CONFIG_ERROR:
+            self.exitcode = 2
+
+    def run(self, args: list[str], opts: Any) -> None:
+        exitcode = getattr(self, "exitcode", 0)
+        super().run(args, opts)
+        self.exitcode = max(self.exitcode, exitcode)

@@ -1,0 +1,127 @@
+"""``scrapy forget <spider> URL... [--pattern GLOB] [--push]``: let URLs through the shared
+dupefilter again, so the crawl fetches them once more when they are found or pushed."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Spider
+from scrapy.crawler import Crawler
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.misc import build_from_crawler, load_object
+
+from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, check_meta, meta_for, stored_layout
+from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from scrapy_frontier.keys import Keys
+
+
+class Command(RedisCommand):
+    def syntax(self) -> str:
+        return "[options] <spider> [URL or JSON payload ...]"
+
+    def short_desc(self) -> str:
+        return "Remove URLs from the shared dupefilter so that they are crawled again"
+
+    def long_desc(self) -> str:
+        return (
+            "Each URL (or start-URL JSON payload, for a POST or a body) is fingerprinted with the project's "
+            "request fingerprinter and let through the dupefilter once more. --pattern also forgets every URL "
+            "of a stored item (the Redis item cache) that matches a shell-style pattern. --push queues them "
+            "at once (as start URLs); otherwise they are fetched when a page links to them again."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--pattern", metavar="GLOB", action="append", default=[], help="forget the stored items' URLs matching GLOB (fnmatch), e.g. 'https://example.com/news/*'")
+        parser.add_argument("--push", action="store_true", help="also push the forgotten URLs to <spider>:start_urls")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if not args:
+            raise UsageError("give a spider name, then URLs (or --pattern)")
+        self._payloads = [a.encode("utf-8", "surrogateescape") for a in args[1:]]
+        if not self._payloads and not opts.pattern:
+            raise UsageError("no URL or --pattern given")
+        super().run(args[:1], opts)
+        if self.exitcode == 0 and self._refused:
+            self.exitcode = 1
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
+        assert self.settings is not None
+        try:
+            spidercls = get_spider_loader(self.settings).load(keys.spider)
+        except KeyError:
+            spidercls = Spider
+        crawler = Crawler(spidercls, self.settings)
+        fingerprinter = build_from_crawler(load_object(self.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
+        layout = stored_layout(client, keys)
+        if layout is None:
+            return self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
+        config = DedupConfig(mode="bloom" if layout == "bloom" else "exact", recrawl_age=1.0 if layout == "zset" else 0.0)
+        stored = {k.decode(): v.decode() for k, v in client.hgetall(keys.dupefilter_meta).items()}
+        wanted = meta_for(config, fingerprinter)
+        try:
+            check_meta(stored, wanted, keys.dupefilter)
+        except DupefilterMismatch as exc:
+            return self._fail(str(exc))
+        spider = spidercls() if spidercls is not Spider else Spider(name=keys.spider)
+        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
+        payloads = list(self._payloads)
+        for pattern in opts.pattern:
+            payloads += [url.encode() for url in self._stored_urls(client, keys) if fnmatch.fnmatchcase(url, pattern)]
+        fingerprints: dict[str, bytes] = {}
+        self._refused = []
+        for raw in payloads:
+            try:
+                request, _ = parse_start_payload(raw, spider, max_bytes)
+            except RequestRefused as exc:
+                self._refused.append({"payload": raw[:200].decode("utf-8", "replace"), "reason": exc.reason, "detail": str(exc)})
+                continue
+            fingerprints.setdefault(fingerprinter.fingerprint(request).hex(), raw)
+        known = 0
+        if fingerprints:
+            known = int(Dupefilter(client, keys, config).forget(list(fingerprints)))
+            if opts.push:
+                self.push_start_urls(client, keys, list(fingerprints.values()))
+        return {
+            "forgotten": len(fingerprints),
+            "known": known if layout != "bloom" else None,
+            "layout": layout,
+            "pushed": len(fingerprints) if opts.push else 0,
+            "urls": [raw.decode("utf-8", "replace") for raw in fingerprints.values()],
+            "refused": self._refused,
+        }
+
+    def _stored_urls(self, client: redis.Redis, keys: Keys) -> list[str]:
+        """The ``url`` of every item in the Redis item cache (``<spider>:items:cache:*``)."""
+        urls = []
+        cache_keys = list(client.scan_iter(match=keys.item_cache_prefix + "*", count=1000))
+        with client.pipeline(transaction=False) as pipe:
+            for key in cache_keys:
+                pipe.hget(key, "item")
+            for raw in pipe.execute():
+                try:
+                    url = json.loads(raw).get("url") if raw else None
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(url, str):
+                    urls.append(url)
+        if not cache_keys:
+            print(f"warning: no item in the cache {keys.item_cache_prefix}*: --pattern matches nothing", file=sys.stderr)
+        return urls
+
+    def describe(self, result: dict[str, Any]) -> str:
+        lines = [f"refused {r['payload']!r} ({r['reason']}): {r['detail']}" for r in result["refused"]]
+        known = "" if result["known"] is None else f" ({result['known']} were in it)"
+        lines.append(f"forgot {result['forgotten']} URLs in the {result['layout']} dupefilter{known}; pushed {result['pushed']}")
+        return "\n".join(lines)

@@ -1,0 +1,70 @@
+"""``scrapy push <spider> URL_OR_JSON... [--file F]``: check start-URL payloads, then push them."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from scrapy_frontier.keys import Keys
+
+
+class Command(RedisCommand):
+    def syntax(self) -> str:
+        return "[options] <spider> [URL or JSON payload ...]"
+
+    def short_desc(self) -> str:
+        return "Check start-URL payloads as a worker would, and push the good ones to <spider>:start_urls"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--file", metavar="FILE", help="read payloads from FILE, one per line ('-': standard input)")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if not args:
+            raise UsageError("give a spider name, then payloads (or --file)")
+        self._payloads = [a.encode("utf-8", "surrogateescape") for a in args[1:]]
+        if opts.file:
+            stream = sys.stdin.buffer if opts.file == "-" else open(opts.file, "rb")  # noqa: SIM115
+            with stream:
+                self._payloads += [line.rstrip(b"\r\n") for line in stream if line.strip()]
+        if not self._payloads:
+            raise UsageError("no payload given")
+        super().run(args[:1], opts)
+        if self.exitcode == 0 and self._refused:
+            self.exitcode = 1
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
+        assert self.settings is not None
+        try:
+            spider = get_spider_loader(self.settings).load(keys.spider)()
+        except KeyError:
+            return self._fail(f"no spider {keys.spider!r} in this project")
+        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
+        good, self._refused = [], []
+        for raw in self._payloads:
+            try:
+                request, unknown = parse_start_payload(raw, spider, max_bytes)
+            except RequestRefused as exc:
+                self._refused.append({"payload": raw[:200].decode("utf-8", "replace"), "reason": exc.reason, "detail": str(exc)})
+                continue
+            good.append(raw)
+            if unknown:
+                print(f"warning: {request.url}: unknown keys {', '.join(unknown)} will be ignored", file=sys.stderr)
+        self.push_start_urls(client, keys, good)
+        return {"pushed": len(good), "refused": self._refused}
+
+    def describe(self, result: dict[str, Any]) -> str:
+        lines = [f"refused {r['payload']!r} ({r['reason']}): {r['detail']}" for r in result["refused"]]
+        lines.append(f"pushed {result['pushed']} payloads, refused {len(result['refused'])}")
+        return "\n".join(lines)

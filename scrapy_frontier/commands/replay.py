@@ -1,0 +1,45 @@
+"""``scrapy replay <spider>``: write the items kept in ``<spider>:items:pending`` to the database."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.connection import ConfigError, redact_url
+from scrapy_frontier.storage import ConnectionLost, backend_for, replay_pending
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from scrapy_frontier.keys import Keys
+
+
+class Command(RedisCommand):
+    def short_desc(self) -> str:
+        return "Write the items waiting in <spider>:items:pending to MySQL (or SQLite)"
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+        assert self.settings is not None
+        url = self.settings.get("MYSQL_URL")
+        node = f"replay:{os.getpid()}"
+        backend = None
+        try:
+            backend = backend_for(self.settings)
+            backend.connect()
+            written, refused = replay_pending(client, keys, node, backend)
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except ConnectionLost as exc:
+            return self._fail(f"MYSQL_URL {redact_url(url)}: {exc}" if url else str(exc))
+        except Exception as exc:  # e.g. MySQL 1142, no CREATE right: the batch is back in the pending list
+            return self._fail(f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}")
+        finally:
+            if backend is not None:
+                backend.close()
+        return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
+
+    def describe(self, result: dict[str, Any]) -> str:
+        return f"wrote {result['written']} items; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"

@@ -1,0 +1,85 @@
+"""``scrapy requeue <spider>``: put the dead letters of ``<spider>:requests:failed`` back in the frontier."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy.exceptions import UsageError
+
+from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.frontier import now_ms, slot_of
+from scrapy_frontier.serialize import check_url
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from scrapy_frontier.keys import Keys
+
+_REQUEUE = """
+-- KEYS: failed list, slots index.  ARGV: queue prefix, now ms, then (record, host, score, payload)...
+-- A record is queued only if this call removed it from the list, so two concurrent requeues
+-- never queue one request twice.
+local n = 0
+for i = 3, #ARGV, 4 do
+  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
+    redis.call('ZADD', ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+    redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[i + 1])
+    n = n + 1
+  end
+end
+return n
+"""
+
+#: Meta keys reset on requeue, so the request gets its full retries again, at once.
+_RESET_META = ("retry_times", "retry_not_before")
+
+
+class Command(RedisCommand):
+    def short_desc(self) -> str:
+        return "Put failed requests (<spider>:requests:failed) back in the frontier"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--reason", help="only the dead letters with this reason (e.g. retries_exhausted)")
+        parser.add_argument("--limit", type=int, default=0, help="at most this many (default 0: all)")
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+        script = client.register_script(_REQUEUE)
+        raws = client.lrange(keys.failed, 0, -1)
+        args: list[Any] = [keys.queue_prefix, now_ms()]
+        skipped = 0
+        if opts.limit < 0:
+            raise UsageError("--limit must be 0 (all) or more")
+        for raw in reversed(raws):  # oldest first
+            try:
+                record = json.loads(raw)
+                if opts.reason and record.get("reason") != opts.reason:
+                    continue
+                request = record["request"]
+                url = check_url(request["url"])
+                meta = request.get("meta") or {}
+                priority = request.get("priority", 0)
+                if not isinstance(meta, dict) or not isinstance(priority, int) or isinstance(priority, bool):
+                    raise TypeError("meta must be an object and priority an integer")
+            except Exception:  # a record that is not a request stays where it is, counted
+                skipped += 1
+                continue
+            for key in _RESET_META:
+                meta.pop(key, None)
+            request.update(url=url, meta=meta)
+            host = slot_of(urlsplit(url).hostname)
+            args += [raw, host, -priority, json.dumps(request, ensure_ascii=False, separators=(",", ":"))]
+            if opts.limit and len(args) // 4 >= opts.limit:
+                break
+        requeued = int(script(keys=[keys.failed, keys.slots], args=args)) if len(args) > 2 else 0
+        return {"requeued": requeued, "unreadable": skipped, "left": client.llen(keys.failed)}
+
+    def describe(self, result: dict[str, Any]) -> str:
+        text = f"requeued {result['requeued']} requests; {result['left']} left in the dead-letter list"
+        if result["unreadable"]:
+            text += f" ({result['unreadable']} records that are not requests left there)"
+        return text

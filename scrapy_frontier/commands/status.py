@@ -1,0 +1,103 @@
+"""``scrapy status <spider>``: the state of a distributed crawl, read from Redis."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.frontier import _STATUS, Status, status_call
+
+if TYPE_CHECKING:
+    import argparse
+
+    import redis
+
+    from scrapy_frontier.keys import Keys
+
+
+def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
+    """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
+    ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
+    script_keys, args = status_call(keys, deep=True, start_urls_as_set=start_urls_as_set)
+    values = client.register_script(_STATUS)(keys=script_keys, args=args)
+    status = Status(*(int(v) for v in values))
+    now = time.time()
+    with client.pipeline(transaction=False) as pipe:
+        nodes = client.zrange(keys.nodes, 0, -1, withscores=True)
+        for node, _ in nodes:
+            pipe.hgetall(keys.node_info(node.decode()))
+            pipe.hlen(keys.leases(node.decode()))
+        for key in (keys.start_urls_invalid, keys.items_invalid, keys.items_pending):
+            pipe.llen(key)
+        pipe.hgetall(keys.stats)
+        answers = pipe.execute()
+    workers = []
+    for i, (node, beat) in enumerate(nodes):
+        info = {k.decode(): v.decode() for k, v in answers[2 * i].items()}
+        started = float(info.get("started", now))
+        pages = int(info.get("pages", 0))
+        workers.append(
+            {
+                "node": node.decode(),
+                "host": info.get("host"),
+                "pid": int(info.get("pid", 0)),
+                "pages": pages,
+                "items": int(info.get("items", 0)),
+                "leases": answers[2 * i + 1],
+                "pages_per_min": round(pages / max(1.0, now - started) * 60, 1),
+                "last_beat_s": round(now - beat / 1000, 1),
+                "metrics": info.get("metrics"),
+            }
+        )
+    start_invalid, items_invalid, items_pending, totals = answers[-4:]
+    return {
+        "spider": keys.spider,
+        "frontier": {"queued": status.depth, "hosts": status.hosts, "in_flight": status.inflight, "start_urls_waiting": status.start_urls},
+        "dupefilter_size": status.seen,
+        "workers": workers,
+        "pages": sum(w["pages"] for w in workers),
+        "items": sum(w["items"] for w in workers),
+        "dead_letters": {"requests_failed": status.failed, "start_urls_invalid": start_invalid, "items_invalid": items_invalid, "items_pending": items_pending},
+        "idle": status.idle,
+        "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
+    }
+
+
+class Command(RedisCommand):
+    def short_desc(self) -> str:
+        return "Show a distributed crawl: frontier depth, in-flight leases, live workers, dead letters"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--watch", type=float, metavar="SECONDS", help="print it again every SECONDS until interrupted")
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
+        assert self.settings is not None
+        as_set = self.settings.getbool("REDIS_START_URLS_AS_SET")
+        if opts.watch:
+            if opts.watch <= 0:
+                return self._fail("--watch needs a positive number of seconds")
+            try:
+                while True:
+                    result = crawl_status(client, keys, start_urls_as_set=as_set)
+                    self.emit(result, opts)
+                    time.sleep(opts.watch)
+            except KeyboardInterrupt:
+                return None
+        return crawl_status(client, keys, start_urls_as_set=as_set)
+
+    def describe(self, result: dict[str, Any]) -> str:
+        f, d = result["frontier"], result["dead_letters"]
+        lines = [
+            f"crawl {result['spider']!r}: {'idle' if result['idle'] else 'running'}",
+            f"  frontier: {f['queued']} queued on {f['hosts']} hosts, {f['in_flight']} in flight, {f['start_urls_waiting']} start URLs waiting",
+            f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
+            f"  dead letters: {d['requests_failed']} failed requests, {d['start_urls_invalid']} refused start URLs, {d['items_invalid']} invalid items, {d['items_pending']} items pending",
+            "  totals (every worker since the crawl began): " + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
+            f"  workers: {len(result['workers'])}",
+        ]
+        for w in result["workers"]:
+            metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
+            lines.append(f"    {w['node']}: {w['pages']} pages ({w['pages_per_min']}/min), {w['items']} items, {w['leases']} leases, last beat {w['last_beat_s']}s ago{metrics}")
+        return "\n".join(lines)

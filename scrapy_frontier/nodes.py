@@ -1,0 +1,112 @@
+"""The node registry's heartbeat, and the reclaim of dead nodes' leases.
+
+A worker beats on a thread of its own with a blocking client, so a callback that keeps the
+reactor busy for seconds (a page with ten thousand links) never makes a live worker look dead:
+the heartbeat says "this process is alive", like an etcd lease kept alive by its client. Each
+beat refreshes ``<spider>:nodes`` (score = now, Unix ms) and the node's facts in
+``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
+whose last beat is older than the node timeout, in one Lua script, atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from scrapy_frontier.connection import describe_error
+from scrapy_frontier.frontier import _RESTORE, now_ms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy_frontier.keys import Keys
+
+logger = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Beat for ``node_id`` every ``interval`` seconds; a node silent for ``timeout`` seconds is
+    dead. ``info()`` gives the facts to publish; ``on_dropped()`` is called (from the heartbeat
+    thread) when this node finds it had been declared dead; ``on_reclaimed(leases, nodes)`` when
+    it took back dead nodes' leases."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        node_id: str,
+        *,
+        interval: float,
+        timeout: float,
+        start_urls_as_set: bool = False,
+        info: Callable[[], dict[str, Any]] = dict,
+        on_dropped: Callable[[], None] = lambda: None,
+        on_reclaimed: Callable[[int, int], None] = lambda leases, nodes: None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.node_id = node_id
+        self.interval = interval
+        self.timeout = timeout
+        self._as_set = "1" if start_urls_as_set else "0"
+        self._info = info
+        self._on_dropped = on_dropped
+        self._on_reclaimed = on_reclaimed
+        self._restore = client.register_script(_RESTORE)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._joined = False
+        self._failing = False
+
+    def beat(self) -> bool:
+        """Record one heartbeat. Returns False when the node was not in the registry: either it
+        is joining, or it had been declared dead (then ``on_dropped`` is called)."""
+        info_key = self.keys.node_info(self.node_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.zadd(self.keys.nodes, {self.node_id: now_ms()})
+            pipe.hset(info_key, mapping={**self._info(), "beat": now_ms()})
+            pipe.pexpire(info_key, int(self.timeout * 1000))
+            added, *_ = pipe.execute()
+        if added and self._joined:
+            self._on_dropped()
+        self._joined = True
+        return not added
+
+    def reclaim(self) -> tuple[int, int]:
+        """Return the leases of every node silent for ``timeout`` seconds to the frontier and
+        drop those nodes from the registry. Returns (leases, nodes)."""
+        k = self.keys
+        restored, nodes = self._restore(
+            keys=[k.slots, k.nodes, k.start_urls, k.items_pending],
+            args=[k.queue_prefix, k.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(self.timeout * 1000), k.politeness_prefix],
+        )
+        if restored or nodes:
+            self._on_reclaimed(int(restored), int(nodes))
+        return int(restored), int(nodes)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.node_id}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.beat()
+                self.reclaim()
+                if self._failing:
+                    self._failing = False
+                    logger.warning("Heartbeat: Redis answers again")
+            except (redis.exceptions.RedisError, OSError) as exc:
+                if not self._failing:
+                    self._failing = True
+                    logger.error("Heartbeat: Redis unreachable (%s); beating again when it answers", describe_error(exc))
+            except Exception:
+                logger.exception("Heartbeat error (the worker keeps running)")

@@ -1,0 +1,87 @@
+"""The progress line, with the cluster's figures in distributed mode.
+
+:class:`ClusterLogStats` replaces Scrapy's ``LogStats`` (EXTENSIONS in ``crawler/settings.py``).
+Every ``LOGSTATS_INTERVAL`` seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is
+set the same line goes on with the whole crawl's figures, read in one round trip from the
+cluster totals (``<spider>:stats``, written by :mod:`scrapy_frontier.observability.extension`) and the
+frontier's status script, sent together::
+
+    Crawled 120 pages (at 60 pages/min), scraped 118 items (at 59 items/min); cluster: 530 pages
+    (at 240 pages/min), 512 items stored, 1840 queued, 2 workers
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+from scrapy.extensions.logstats import LogStats
+
+from scrapy_frontier.connection import describe_error, node_id_of, optional_shared_redis
+from scrapy_frontier.frontier import Frontier, Status
+from scrapy_frontier.keys import Keys
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+LOCAL = "Crawled %(pages)d pages (at %(pagerate)d pages/min), scraped %(items)d items (at %(itemrate)d items/min)"
+CLUSTER = "; cluster: %(cluster_pages)d pages (at %(cluster_pagerate)d pages/min), %(cluster_items)d items stored, %(queued)d queued, %(workers)d workers"
+
+
+async def read_cluster(frontier: Frontier) -> tuple[Status, int, int]:
+    """The frontier's status (with its depth) and the cluster totals ``pages`` and
+    ``items_stored`` of ``<spider>:stats``, sent together. Raises Redis errors."""
+    status, (pages, stored) = await asyncio.gather(frontier.status(deep=True), frontier.redis.hmget(frontier.keys.stats, "pages", "items_stored"))
+    return status, int(pages or 0), int(stored or 0)
+
+
+class ClusterLogStats(LogStats):
+    """Scrapy's ``LogStats`` plus the cluster's figures (see the module docstring)."""
+
+    crawler: Crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        o = super().from_crawler(crawler)
+        o.crawler = crawler
+        o._tasks = set()
+        o._cluster_prev = None
+        o._frontier = None
+        return o
+
+    def log(self, spider: Spider) -> None:
+        client = optional_shared_redis(self.crawler)
+        if client is None:
+            super().log(spider)
+            return
+        self.calculate_stats()
+        local = {"pages": self.pages, "pagerate": self.prate, "items": self.items, "itemrate": self.irate}
+        task = asyncio.get_running_loop().create_task(self._log_cluster(client, spider, local))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _log_cluster(self, client: Any, spider: Spider, local: dict[str, Any]) -> None:
+        if self._frontier is None or self._frontier.redis is not client:
+            settings = self.crawler.settings
+            keys = Keys.for_spider(settings, spider.name)
+            self._frontier = Frontier(client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
+        try:
+            status, pages, stored = await read_cluster(self._frontier)
+        except (redis.exceptions.RedisError, OSError) as exc:
+            logger.info(LOCAL + "; cluster: unavailable (%(error)s)", {**local, "error": describe_error(exc)}, extra={"spider": spider})
+            return
+        prev, self._cluster_prev = self._cluster_prev, pages
+        rate = (pages - prev) * self.multiplier if prev is not None else 0
+        cluster = {"cluster_pages": pages, "cluster_pagerate": rate, "cluster_items": stored, "queued": status.depth, "workers": status.nodes}
+        logger.info(LOCAL + CLUSTER, {**local, **cluster}, extra={"spider": spider})
+
+    def spider_closed(self, spider: Spider, reason: str) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        super().spider_closed(spider, reason)

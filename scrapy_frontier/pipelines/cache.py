@@ -1,0 +1,236 @@
+"""Redis write-through cache: the latest version of every item, keyed by its unique key."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from itemadapter import ItemAdapter
+from scrapy.exceptions import NotConfigured
+
+from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.keys import Keys
+from scrapy_frontier.schema import item_values, schema_of
+from scrapy_frontier.config import read_setting
+from scrapy_frontier.storage import storage_target
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: Sent with ``item=`` when an item's content hash equals the one last stored (storage skips it).
+item_unchanged = object()
+#: Sent by the storage pipeline with ``items=`` once those items are committed to the database.
+items_stored = object()
+
+#: Most items one cache write carries (one script call; about 1 KB of JSON each).
+BATCH_MAX = 200
+#: Seconds the first item of a batch waits for others to join it (items of the same moment,
+#: e.g. of one response or of responses parsed together, share one script call).
+BATCH_WINDOW = 0.02
+
+_PUT = """
+-- KEYS: items list, then one cache key per item.
+-- ARGV: ttl seconds, push to list (1/0), then content hash and item json of each item in turn.
+-- Returns, per item, the content hash last confirmed as stored in the database (stored_hash).
+local ttl = tonumber(ARGV[1])
+local push = ARGV[2] == '1'
+local out = {}
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local hash, item = ARGV[2 * i - 1], ARGV[2 * i]
+  out[i - 1] = redis.call('HGET', key, 'stored_hash')
+  redis.call('HSET', key, 'content_hash', hash, 'item', item)
+  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
+  if push then redis.call('RPUSH', KEYS[1], item) end
+end
+return out
+"""
+
+_MARK_STORED = """
+-- KEYS: cache keys.  ARGV: the stored hash (<store id>:<content hash>) of each.
+for i = 1, #KEYS do redis.call('HSET', KEYS[i], 'stored_hash', ARGV[i]) end
+return #KEYS
+"""
+
+
+def cache_key(prefix: str, unique_value: Any) -> str:
+    """``<spider>:items:cache:<sha1 hex of the unique key's value>``."""
+    return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
+
+
+def store_id(settings: Any) -> str:
+    """Which database confirmed a stored hash: the first 12 hex digits of the SHA-1 of
+    :func:`scrapy_frontier.storage.storage_target`. A stored hash counts only for the database that
+    confirmed it, so pointing a crawl at another database writes every item there."""
+    return hashlib.sha1(storage_target(settings).encode()).hexdigest()[:12]
+
+
+def _jsonable(value: Any) -> Any:
+    """``default=`` of the item JSON: nested items as dicts (as ``ItemAdapter.asdict``), the rest as ``str``."""
+    if ItemAdapter.is_item(value):
+        return ItemAdapter(value).asdict()
+    return str(value)
+
+
+_to_json = json.JSONEncoder(ensure_ascii=False, default=_jsonable).encode
+
+
+class RedisCachePipeline:
+    """Write every item with a schema to ``<spider>:items:cache:<sha1(unique key)>``, a hash of
+    ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL`` seconds; with
+    ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's RedisPipeline).
+
+    Writes are batched: items arriving within :data:`BATCH_WINDOW` seconds of each other (or
+    while the previous write is in flight) go to Redis in one script call of at most
+    :data:`BATCH_MAX` items, one call at a time (stats ``cache/written``, ``cache/batches`` =
+    script calls). ``process_item`` does not wait for the write: the item goes on to storage at
+    once, and the storage pipeline waits, once per batch, for :meth:`settled`.
+
+    When the item's ``content_hash`` equals the hash the storage pipeline last confirmed as
+    committed to the same database (``stored_hash`` = ``<store_id>:<content hash>``, set on the
+    ``items_stored`` signal, in one round trip per batch), the write's answer says so:
+    ``item_unchanged`` is sent and the database write is skipped (stat ``cache/unchanged``): an
+    item is never skipped because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
+    (stat ``cache/errors``, one per item not cached).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not read_setting(crawler, "REDIS_CACHE_ENABLED", bool, True):
+            raise NotConfigured("REDIS_CACHE_ENABLED is off")
+        if not settings.get("REDIS_URL"):
+            raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
+        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, 7 * 24 * 3600, minimum=0)
+        self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.store = store_id(settings)
+        self._failing = False
+        self._marks_failing = False
+        #: (cache key, content hash, item json, item), in arrival order.
+        self._waiting: list[tuple[str, str, str, Any]] = []
+        self._writer: asyncio.Future[None] | None = None
+        #: Items passed to the writer so far, and those whose write has been answered (or failed).
+        self._queued = 0
+        self._answered = 0
+        #: (items queued when asked, future) of each :meth:`settled` call waiting.
+        self._settling: list[tuple[int, asyncio.Future[None]]] = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
+        return cls(crawler)
+
+    async def open_spider(self) -> None:
+        self.keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
+        self.redis = optional_shared_redis(self.crawler)
+        self._put = self.redis.register_script(_PUT) if self.redis is not None else None
+        self._mark = self.redis.register_script(_MARK_STORED) if self.redis is not None else None
+        self.crawler.signals.connect(self._on_stored, items_stored)
+
+    def _key(self, item: Any) -> tuple[str, str, Mapping[str, Any]] | None:
+        schema = schema_of(item)
+        if schema is None:
+            return None
+        values = item_values(item)
+        return cache_key(self.keys.item_cache_prefix, values.get(schema.unique_key)), str(values.get("content_hash") or ""), values
+
+    async def _on_stored(self, items: list[Any]) -> None:
+        if self._mark is None:
+            return
+        marks = [key for key in map(self._key, items) if key is not None and key[1]]
+        if not marks:
+            return
+        try:
+            await self._mark(keys=[key for key, _, _ in marks], args=[f"{self.store}:{content_hash}" for _, content_hash, _ in marks])
+        except Exception as exc:
+            self.stats.inc_value("cache/errors", len(marks))
+            if not self._marks_failing:
+                self._marks_failing = True
+                logger.warning("Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers", describe_error(exc))
+        else:
+            if self._marks_failing:
+                self._marks_failing = False
+                logger.warning("Marking items as stored in the Redis cache works again")
+
+    async def process_item(self, item: Any) -> Any:
+        key_hash = self._key(item) if self._put is not None else None
+        if key_hash is None:
+            return item
+        key, content_hash, values = key_hash
+        data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict())
+        self._waiting.append((key, content_hash, data, item))
+        self._queued += 1
+        if self._writer is None:
+            self._writer = asyncio.ensure_future(self._write_batches())
+        return item
+
+    async def settled(self) -> None:
+        """Return once the write of every item passed so far has been answered, so that
+        ``item_unchanged`` has been sent for each of them that is unchanged (right away if
+        nothing is in flight)."""
+        if self._answered >= self._queued:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._settling.append((self._queued, done))
+        await done
+
+    def _settle(self) -> None:
+        waiting = []
+        for upto, done in self._settling:
+            if self._answered < upto:
+                waiting.append((upto, done))
+            elif not done.done():
+                done.set_result(None)
+        self._settling = waiting
+
+    async def close_spider(self) -> None:
+        await self.settled()
+
+    async def _write_batches(self) -> None:
+        """Write the waiting items, a batch at a time, until none is left; send
+        ``item_unchanged`` for each item whose stored hash equals its content hash."""
+        batch: list[tuple[str, str, str, Any]] = []
+        try:
+            await asyncio.sleep(BATCH_WINDOW)
+            while self._waiting:
+                batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
+                keys = [self.keys.items]
+                args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
+                for key, content_hash, data, _ in batch:
+                    keys.append(key)
+                    args.append(content_hash)
+                    args.append(data)
+                try:
+                    olds = await self._put(keys=keys, args=args)
+                except Exception as exc:
+                    self.stats.inc_value("cache/errors", len(batch))
+                    if not self._failing:
+                        self._failing = True
+                        logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
+                    olds = [None] * len(batch)
+                else:
+                    if self._failing:
+                        self._failing = False
+                        logger.warning("Redis cache writes work again")
+                    self.stats.inc_value("cache/written", len(batch))
+                    self.stats.inc_value("cache/batches")
+                for (_, content_hash, _, item), old in zip(batch, olds):
+                    if content_hash and old is not None and old.decode() == f"{self.store}:{content_hash}":
+                        self.stats.inc_value("cache/unchanged")
+                        self.crawler.signals.send_catch_log(item_unchanged, item=item)
+                self._answered += len(batch)
+                batch = []
+                self._settle()
+        finally:
+            self._writer = None
+            # Cancelled mid-way (the loop closing): nobody waits forever, nothing is skipped.
+            self._answered = self._queued
+            self._waiting = []
+            self._settle()

@@ -1,0 +1,59 @@
+"""Validation: every item with a schema (:mod:`scrapy_frontier.schema`) is checked before it is cached or stored."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import DropItem, NotConfigured
+
+from scrapy_frontier.deadletter import DeadLetters, item_record
+from scrapy_frontier.connection import optional_shared_redis
+from scrapy_frontier.keys import Keys
+from scrapy_frontier.observability.logformatter import item_label
+from scrapy_frontier.schema import SchemaError, ValidationError, validate
+from scrapy_frontier.config import read_setting
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+class ValidationPipeline:
+    """Drop items that break their schema, truncate over-long ``truncate`` fields.
+
+    A dropped item is logged with the field and the reason, counted as
+    ``validation/dropped/<reason>`` and kept as JSON in ``<spider>:items:invalid`` (Redis) or
+    ``<spider>.items.invalid.jl`` (embedded mode). Truncations are counted as
+    ``validation/truncated/<field>``.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        if not read_setting(crawler, "VALIDATION_ENABLED", bool, True):
+            raise NotConfigured("VALIDATION_ENABLED is off")
+        self.crawler = crawler
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ValidationPipeline:
+        return cls(crawler)
+
+    async def open_spider(self) -> None:
+        spider = self.crawler.spider
+        self.key = Keys.for_spider(self.crawler.settings, spider.name).items_invalid
+        redis = optional_shared_redis(self.crawler)
+        self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
+
+    async def process_item(self, item: Any) -> Any:
+        try:
+            truncated = validate(item)
+        except (ValidationError, SchemaError) as exc:
+            field, reason = (exc.field, exc.reason) if isinstance(exc, ValidationError) else ("-", "schema")
+            self.stats.inc_value(f"validation/dropped/{reason}")
+            await self.dead.push(self.key, [item_record(item, field=field, reason=reason, detail=str(exc))])
+            raise DropItem(f"invalid field {field!r} ({reason}): {exc}; kept in {self.key}") from None
+        for field in truncated:
+            self.stats.inc_value(f"validation/truncated/{field}")
+            logger.warning("Truncated field %r of %s to fit its column", field, item_label(item))
+        return item

@@ -1,0 +1,169 @@
+"""Politeness shared by every worker of a crawl: per-host rates, slow-downs and pauses in Redis.
+
+Two checks use the same per-host state (``<spider>:politeness:<host>``, see
+:class:`scrapy_frontier.keys.Keys`):
+
+- when requests are taken from the frontier (the lease script in
+  :mod:`scrapy_frontier.frontier`): a host that is not due gives nothing and is put back in
+  the index at the time it is due, so it never holds back other hosts;
+- just before a request is sent (:meth:`Politeness.reserve`, one Lua call): the request gets the
+  host's next send time, ``max(now, next_send, pause_until)``, and moves ``next_send`` on by
+  ``1 / rate`` seconds. Sends to a host are so spaced by at least ``1 / rate`` across the
+  cluster (a generic cell rate algorithm with a burst of one).
+
+A host's rate, in requests/second: its entry in ``<spider>:rates`` (live, ``HSET``), else
+``DOMAIN_RATE_LIMIT``; its robots.txt ``Crawl-delay`` wins when stricter; multiplied by its
+``factor``, which a 429 or 503 halves (down to ``POLITENESS_MIN_FACTOR``) and each later success
+raises by ``POLITENESS_RECOVERY_STEP`` back to 1. A ``Retry-After`` (RFC 9110, section 10.2.3)
+pauses the host for every worker until the time given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from scrapy_frontier.frontier import now_ms
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+
+    from scrapy_frontier.keys import Keys
+
+#: Signal sent with ``host=`` when this worker learns a host needs a send-time check (a robots.txt
+#: Crawl-delay), so the politeness middleware checks it before its next refresh.
+host_limited = object()
+
+_POLICY = """
+local function num(v) return tonumber(v or '') end
+local function policy(state_key, rates_key, host, default_rate)
+  local st = redis.call('HMGET', state_key, 'next_send', 'factor', 'pause_until', 'robots_delay', 'base_rate')
+  local rate = num(redis.call('HGET', rates_key, host)) or default_rate
+  local robots = num(st[4])
+  if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
+  local factor = num(st[2]) or 1
+  if rate <= 0 and factor < 1 then rate = num(st[5]) or 0 end
+  if rate > 0 then rate = rate * factor end
+  return rate, num(st[1]) or 0, num(st[3]) or 0, factor
+end
+"""
+
+_RESERVE = _POLICY + """
+-- KEYS: host state, rates.  ARGV: host, now ms, default rate.  Returns ms to wait before sending.
+local now = tonumber(ARGV[2])
+local rate, next_send, pause = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
+local t = math.max(now, next_send, pause)
+if rate > 0 then redis.call('HSET', KEYS[1], 'next_send', t + math.ceil(1000 / rate)) end
+return t - now
+"""
+
+_SLOW_DOWN = _POLICY + """
+-- KEYS: host state, rates, limited hosts set.  ARGV: host, now ms, default rate, min factor,
+-- pause ms (0: none), base rate for a host that had no rate, events channel.
+-- Returns the new factor (string).
+local now = tonumber(ARGV[2])
+local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
+factor = math.max(tonumber(ARGV[4]), factor / 2)
+redis.call('HSET', KEYS[1], 'factor', factor)
+if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[6]) end
+local wait = tonumber(ARGV[5])
+if wait > 0 and now + wait > pause then redis.call('HSET', KEYS[1], 'pause_until', now + wait) end
+redis.call('SADD', KEYS[3], ARGV[1])
+redis.call('PUBLISH', ARGV[7], ARGV[1])
+return tostring(factor)
+"""
+
+_RECOVER = """
+-- KEYS: host state, limited hosts set.  ARGV: step, host, now ms.  Returns the new factor (string).
+local factor = tonumber(redis.call('HGET', KEYS[1], 'factor') or '') or 1
+if factor < 1 then
+  factor = math.min(1, factor + tonumber(ARGV[1]))
+  redis.call('HSET', KEYS[1], 'factor', factor)
+end
+local pause = tonumber(redis.call('HGET', KEYS[1], 'pause_until') or '') or 0
+local robots = tonumber(redis.call('HGET', KEYS[1], 'robots_delay') or '') or 0
+if factor >= 1 and pause <= tonumber(ARGV[3]) and robots <= 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
+return tostring(factor)
+"""
+
+
+class Politeness:
+    """One crawl's shared politeness state, seen from one worker (needs only a redis.asyncio client)."""
+
+    def __init__(self, redis: Redis, keys: Keys, *, default_rate: float = 0.0, min_factor: float = 0.05, recovery_step: float = 0.1, base_rate: float = 10.0) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.default_rate = default_rate
+        self.min_factor = min_factor
+        self.recovery_step = recovery_step
+        self.base_rate = base_rate
+        self._reserve = redis.register_script(_RESERVE)
+        self._slow_down = redis.register_script(_SLOW_DOWN)
+        self._recover = redis.register_script(_RECOVER)
+
+    def _state(self, host: str) -> str:
+        return self.keys.politeness_prefix + host
+
+    async def reserve(self, host: str) -> float:
+        """Book the next send to ``host``; returns the seconds to wait before sending."""
+        wait_ms = await self._reserve(keys=[self._state(host), self.keys.rates], args=[host, now_ms(), self.default_rate])
+        return int(wait_ms) / 1000
+
+    async def slow_down(self, host: str, pause: float | None = None) -> float:
+        """Halve ``host``'s rate for every worker (a host without a rate gets ``base_rate``
+        first) and, with ``pause`` seconds, send it nothing until then. Returns the new factor."""
+        factor = await self._slow_down(
+            keys=[self._state(host), self.keys.rates, self.keys.limited],
+            args=[host, now_ms(), self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate, self.keys.politeness_events],
+        )
+        return float(factor)
+
+    async def recover(self, host: str) -> float:
+        """Raise ``host``'s factor by ``recovery_step`` (up to 1). Returns the new factor."""
+        return float(await self._recover(keys=[self._state(host), self.keys.limited], args=[self.recovery_step, host, now_ms()]))
+
+    async def set_robots_delay(self, host: str, delay: float) -> None:
+        """Record ``host``'s robots.txt Crawl-delay (seconds) for every worker, and book a send
+        for the robots.txt request itself, which preceded the first page."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self._state(host), "robots_delay", delay)
+            pipe.sadd(self.keys.limited, host)
+            pipe.publish(self.keys.politeness_events, host)
+            await pipe.execute()
+        await self.reserve(host)
+
+    async def active_hosts(self) -> set[str]:
+        """Hosts that need :meth:`reserve` even when ``DOMAIN_RATE_LIMIT`` is 0: those with a live
+        rate in ``<spider>:rates`` and those in ``<spider>:politeness:@limited``."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hkeys(self.keys.rates)
+            pipe.smembers(self.keys.limited)
+            rated, slowed = await pipe.execute()
+        return {h.decode() for h in rated} | {h.decode() for h in slowed}
+
+    async def watch(self, on_host: Callable[[str], None]) -> None:
+        """Call ``on_host(host)`` for every host another worker slows down, pauses or finds a
+        Crawl-delay for, as it happens (Redis pub/sub). Runs until cancelled; reconnects."""
+        while True:
+            pubsub = self.redis.pubsub()
+            try:
+                await pubsub.subscribe(self.keys.politeness_events)
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        on_host(message["data"].decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1.0)
+            finally:
+                await pubsub.aclose()
+
+    async def seed_rates(self, rates: dict[str, float]) -> None:
+        """Put the ``DOMAIN_RATE_LIMITS`` setting in ``<spider>:rates`` without overwriting live edits."""
+        if rates:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for host, rate in rates.items():
+                    pipe.hsetnx(self.keys.rates, host, rate)
+                await pipe.execute()

@@ -1,0 +1,83 @@
+"""The base of the project's Redis commands: the spider argument, ``--json`` output, a Redis
+client from the project settings, and errors as one line on stderr with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
+
+from scrapy_frontier.connection import ConfigError, describe_error, redact_url, sync_redis
+from scrapy_frontier.keys import Keys
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class RedisCommand(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[options] <spider>"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name")
+        assert self.settings is not None
+        try:
+            client = sync_redis(self.settings)
+            client.ping()
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except redis.exceptions.RedisError as exc:
+            return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+        if args[0] not in get_spider_loader(self.settings).list():
+            print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
+        try:
+            result = self.execute(client, Keys.for_spider(self.settings, args[0]), opts)
+        except redis.exceptions.RedisError as exc:
+            return self._fail(f"Redis error: {describe_error(exc)}")
+        finally:
+            client.close()
+        if result is None:  # execute() reported an error, or printed its own output
+            return
+        self.emit(result, opts)
+
+    def emit(self, result: dict[str, Any], opts: argparse.Namespace) -> None:
+        if opts.json:
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+        else:
+            print(self.describe(result), flush=True)
+
+    def _fail(self, message: str) -> None:
+        """Report a setup error: one line on stderr, exit status 2 (execute() then returns None)."""
+        print(f"error: {message}", file=sys.stderr)
+        self.exitcode = 2
+
+    def push_start_urls(self, client: redis.Redis, keys: Keys, payloads: list[bytes]) -> None:
+        """Add raw start-URL payloads to ``<spider>:start_urls`` as workers take them: LPUSH, or
+        SADD with ``REDIS_START_URLS_AS_SET``."""
+        assert self.settings is not None
+        if not payloads:
+            return
+        if self.settings.getbool("REDIS_START_URLS_AS_SET"):
+            client.sadd(keys.start_urls, *payloads)
+        else:
+            client.lpush(keys.start_urls, *payloads)
+
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def describe(self, result: dict[str, Any]) -> str:
+        raise NotImplementedError
