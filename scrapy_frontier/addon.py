@@ -1,21 +1,118 @@
-"""The add-on that switches a crawl to distributed mode when ``REDIS_URL`` is set.
+"""The add-on that wires scrapy-frontier into any Scrapy project.
 
-Scrapy add-ons: https://docs.scrapy.org/en/latest/topics/addons.html. Settings given on the
-command line or by a spider (higher priority than ``addon``) still win.
+List it in the project's settings and nothing else::
+
+    ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}
+
+Scrapy add-ons: https://docs.scrapy.org/en/latest/topics/addons.html. Everything here is set at
+the ``addon`` priority, or added to a component dictionary only when the project has no entry
+for that component, so a project's own settings, ``-s`` and a spider's ``custom_settings``
+still win. Each part has its switch:
+
+- the distributed scheduler and dupefilter, when ``REDIS_URL`` is set (in any settings source or
+  in the environment);
+- downloader middlewares: retry with backoff and Retry-After in place of Scrapy's
+  ``RetryMiddleware`` (``RETRY_ENABLED``), robots.txt fetched once per host for the whole crawl
+  in place of Scrapy's ``RobotsTxtMiddleware`` (``ROBOTSTXT_OBEY``), politeness shared by every
+  worker (``POLITENESS_ENABLED``);
+- item pipelines: validation (``VALIDATION_ENABLED``), the Redis cache (``REDIS_CACHE_ENABLED``),
+  write-through storage to MySQL or SQLite (``STORAGE_ENABLED``);
+- extensions: Prometheus metrics and JSON logs (``METRICS_ENABLED``, ``LOG_JSON``), the cluster's
+  progress line in place of Scrapy's ``LogStats`` (``CLUSTER_LOGSTATS_ENABLED``), GC freeze
+  (``GC_FREEZE_ENABLED``); and the log formatter (``LOG_FORMATTER``).
+
+A built-in that the project disabled (set to ``None``) is not replaced: a project without
+retries gets no retry middleware from here either. A scrapy-redis scheduler or dupefilter left in
+the settings is replaced, with one log line, since the two cannot share a crawl.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.extensions.logstats import LogStats
+from scrapy.utils.misc import load_object
+
+from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+logger = logging.getLogger(__name__)
+
+SCHEDULER = "scrapy_frontier.scheduler.FrontierScheduler"
+#: The frontier does the dedup, in Redis; Scrapy's dupefilter would only see this worker's requests.
+DUPEFILTER = "scrapy.dupefilters.BaseDupeFilter"
+LOG_FORMATTER = "scrapy_frontier.observability.logformatter.LogFormatter"
+
+#: ``(setting, built-in it replaces or None, component, priority when the built-in is absent)``.
+COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
+    ("DOWNLOADER_MIDDLEWARES", RobotsTxtMiddleware, "scrapy_frontier.downloadermiddlewares.robotstxt.SharedRobotsTxtMiddleware", 100),
+    ("DOWNLOADER_MIDDLEWARES", RetryMiddleware, "scrapy_frontier.downloadermiddlewares.retry.BackoffRetryMiddleware", 550),
+    # Last before the download: waits for the host's shared send time (distributed mode only).
+    ("DOWNLOADER_MIDDLEWARES", None, "scrapy_frontier.downloadermiddlewares.politeness.SharedPolitenessMiddleware", 960),
+    ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.validation.ValidationPipeline", 100),
+    ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.cache.RedisCachePipeline", 200),
+    ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.storage.StoragePipeline", 300),
+    ("EXTENSIONS", LogStats, "scrapy_frontier.observability.logstats.ClusterLogStats", 0),
+    ("EXTENSIONS", None, "scrapy_frontier.observability.extension.Observability", 0),
+    ("EXTENSIONS", None, "scrapy_frontier.gcfreeze.GcFreeze", 0),
+)
+
+_SCRAPY_REDIS = ("scrapy_redis.",)
+
+
+def _entry(settings: BaseSettings, name: str, cls: type | str) -> tuple[bool, Any]:
+    """Whether the component dictionary ``name`` (with its ``_BASE``) lists ``cls``, and its value."""
+    target = load_object(cls) if isinstance(cls, str) else cls
+    for source in (settings.getdict(name), settings.getdict(f"{name}_BASE")):
+        for key, value in source.items():
+            try:
+                if (load_object(key) if isinstance(key, str) else key) is target:
+                    return True, value
+            except (ImportError, NameError, ValueError, AttributeError):
+                continue
+    return False, None
+
+
+def _install(settings: BaseSettings, name: str, builtin: type | None, component: str, priority: int) -> None:
+    present, _ = _entry(settings, name, component)
+    if present:
+        return  # the project placed (or disabled) it itself
+    if builtin is not None:
+        listed, position = _entry(settings, name, builtin)
+        if listed and position is None:
+            return  # the project disabled the built-in: nothing replaces it
+        if listed:
+            priority = position
+        settings.set_in_component_priority_dict(name, builtin, None)
+    settings.set_in_component_priority_dict(name, load_object(component), priority)
+
 
 class DistributedAddon:
+    """Wires scrapy-frontier into a crawl (see the module docstring)."""
+
     def update_settings(self, settings: BaseSettings) -> None:
+        for name, default in SETTINGS.items():
+            settings.setdefault(name, default, "default")
+        for name in FROM_ENVIRONMENT:
+            value = setting_or_env(settings, name)
+            if value not in (None, "") and (settings.getpriority(name) or 0) <= 0:
+                settings.set(name, value, "addon")
+        for name, builtin, component, priority in COMPONENTS:
+            _install(settings, name, builtin, component, priority)
+        if settings.get("LOG_FORMATTER") == "scrapy.logformatter.LogFormatter":
+            settings.set("LOG_FORMATTER", LOG_FORMATTER, "addon")
         if not settings.get("REDIS_URL"):
             return
-        settings.set("SCHEDULER", "scrapy_frontier.scheduler.FrontierScheduler", "addon")
-        # The frontier does the dedup; Scrapy's dupefilter would only see this worker's requests.
-        settings.set("DUPEFILTER_CLASS", "scrapy.dupefilters.BaseDupeFilter", "addon")
+        for name, ours in (("SCHEDULER", SCHEDULER), ("DUPEFILTER_CLASS", DUPEFILTER)):
+            current = settings.get(name)
+            if isinstance(current, str) and current.startswith(_SCRAPY_REDIS):
+                logger.info("scrapy-frontier: %s %s replaced by %s (the frontier takes over the crawl's Redis keys)", name, current, ours)
+                settings.set(name, ours, settings.getpriority(name) or "addon")
+            else:
+                settings.set(name, ours, "addon")

@@ -1,22 +1,26 @@
-"""Failing a crawl at start-up because of a setting: one log line, then a clean close."""
+"""Reading scrapy-frontier's settings: one reader, defaults from :mod:`scrapy_frontier.defaults`,
+and failing a crawl at start-up because of a setting: one log line, then a clean close."""
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
+from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
 #: ``finish_reason`` of a crawl closed because a component could not use its settings;
 #: ``scrapy crawl`` then exits with status 2.
 CONFIG_ERROR = "config_error"
-
 
 def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
     """Log ``msg`` once (no traceback) and close the spider as soon as it is open.
@@ -33,10 +37,26 @@ def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
     crawler.signals.connect(close_now, signals.spider_opened, weak=False)
 
 
-def read_setting(crawler: Crawler, name: str, kind: type, default: Any, *, minimum: float | None = None, above: float | None = None) -> Any:
-    """Read a numeric or boolean setting; a value that does not parse or is out of range is
-    reported once with :func:`fail_at_open` (the crawl then stops with ``config_error``) and the
-    default is used meanwhile. ``minimum`` is inclusive, ``above`` exclusive."""
+def setting_or_env(settings: BaseSettings, name: str) -> Any:
+    """``name`` from ``settings`` when a settings source set it (anything above Scrapy's
+    ``default`` priority), else from the environment variable of the same name for the names in
+    :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`, else its default."""
+    priority = settings.getpriority(name)
+    if priority is not None and priority > 0 and settings.get(name) not in (None, ""):
+        return settings.get(name)
+    if name in FROM_ENVIRONMENT and os.environ.get(name):
+        return os.environ[name]
+    return settings.get(name, SETTINGS.get(name))
+
+
+def read_setting(crawler: Crawler, name: str, kind: type, default: Any = None, *, minimum: float | None = None, above: float | None = None) -> Any:
+    """Read a numeric or boolean setting of ``crawler``; its default comes from
+    :data:`scrapy_frontier.defaults.SETTINGS` unless ``default`` is given. A value that does not
+    parse or is out of range is reported once with :func:`fail_at_open` (the crawl then stops
+    with ``config_error``) and the default is used meanwhile. ``minimum`` is inclusive, ``above``
+    exclusive. Raises ``KeyError`` for a name that has no default anywhere (a programming error)."""
+    if default is None:
+        default = SETTINGS[name]
     getter = {int: crawler.settings.getint, float: crawler.settings.getfloat, bool: crawler.settings.getbool}[kind]
     raw = crawler.settings.get(name, default)
     try:

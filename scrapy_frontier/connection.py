@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
 from redis.maint_notifications import MaintNotificationsConfig
+
+from scrapy_frontier.config import setting_or_env
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -53,7 +52,7 @@ def redact_url(url: str | None) -> str:
 
 
 def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
-    url = settings.get("REDIS_URL")
+    url = setting_or_env(settings, "REDIS_URL")
     if not url or not isinstance(url, str):
         raise ConfigError("REDIS_URL is not set")
     try:
@@ -99,16 +98,10 @@ def describe_error(exc: BaseException) -> str:
 
 
 _shared: dict[int, redis.asyncio.Redis] = {}
-_node_ids: dict[int, str] = {}
+def node_id_of(crawler: Any) -> str:  # moved to scrapy_frontier.nodes; callers move after the merge
+    from scrapy_frontier.nodes import node_id_of as node_id
 
-
-def node_id_of(crawler: Any) -> str:
-    """This process's node id in the crawl, ``<host>:<pid>:<random>``: one per crawler, readable
-    in ``redis-cli``, shared by the scheduler (leases) and the storage pipeline (replays)."""
-    key = id(crawler)
-    if key not in _node_ids:
-        _node_ids[key] = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-    return _node_ids[key]
+    return node_id(crawler)
 
 
 def shared_redis(crawler: Any) -> redis.asyncio.Redis:

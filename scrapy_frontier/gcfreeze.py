@@ -14,7 +14,7 @@ nothing unreachable is frozen. Frozen objects are still freed when their referen
 to zero; a reference cycle among them that becomes garbage later stays in memory (startup
 objects are not expected to make any).
 
-Setting: ``GC_FREEZE`` (bool, default ``True``).
+Setting: ``GC_FREEZE_ENABLED`` (bool, default ``True``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ logger = logging.getLogger(__name__)
 
 class GcFreeze:
     def __init__(self, crawler: Crawler) -> None:
-        if not read_setting(crawler, "GC_FREEZE", bool, True):
-            raise NotConfigured("GC_FREEZE is off")
+        if not read_setting(crawler, "GC_FREEZE_ENABLED", bool):
+            raise NotConfigured("GC_FREEZE_ENABLED is off")
         crawler.signals.connect(self.spider_opened, signals.spider_opened)
 
     @classmethod

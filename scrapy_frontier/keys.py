@@ -28,11 +28,37 @@ ITEMS_KEY = "%(spider)s:items"
 STATS_KEY = "%(spider)s:stats"
 
 
+#: Characters a CRAWL_ID cannot have: key separators, glob characters (``scrapy status`` and
+#: ``SCAN`` match keys with them), Redis Cluster hash-tag braces, and white space.
+_BAD_CRAWL_ID = frozenset(":*?[]{}@\\") | frozenset(" \t\r\n")
+
+
+def crawl_id_error(crawl_id: str) -> str | None:
+    """Why ``crawl_id`` cannot be a ``CRAWL_ID``, or ``None`` when it can."""
+    bad = sorted(set(crawl_id) & _BAD_CRAWL_ID)
+    if bad or len(crawl_id) > 100:
+        shown = " ".join(sorted(_BAD_CRAWL_ID - set(" \t\r\n")))
+        return f"CRAWL_ID={crawl_id!r} cannot be used: at most 100 characters, none of {shown} or white space"
+    return None
+
+
+def crawl_name(spider_name: str, crawl_id: str = "") -> str:
+    """The name a crawl's keys start with: the spider's name, or ``<spider>@<crawl id>`` with the
+    ``CRAWL_ID`` setting, so that two crawls of one spider share a Redis database without
+    touching each other's keys (the scheduler and the commands refuse a bad id first, with
+    :func:`crawl_id_error`)."""
+    crawl_id = (crawl_id or "").strip()
+    return f"{spider_name}@{crawl_id}" if crawl_id else spider_name
+
+
 @dataclass(frozen=True)
 class Keys:
-    """The concrete key names of one spider's crawl."""
+    """The concrete key names of one crawl. ``crawl`` is the spider's name, or
+    ``<spider>@<CRAWL_ID>`` (:func:`crawl_name`); every template's ``%(spider)s`` and
+    ``%(name)s`` expand to it."""
 
     spider: str
+    crawl: str
     queue: str
     dupefilter: str
     start_urls: str
@@ -40,15 +66,23 @@ class Keys:
     stats: str
 
     @classmethod
-    def for_spider(cls, settings: BaseSettings, spider_name: str) -> Keys:
-        values = {"spider": spider_name, "name": spider_name}
+    def for_spider(cls, settings: BaseSettings, spider_name: str, spidercls: type | None = None) -> Keys:
+        """The keys of ``spider_name``'s crawl. A scrapy-redis spider class's own ``redis_key``
+        (``%(name)s`` expanded) names its start URLs, as in scrapy-redis."""
+        crawl = crawl_name(spider_name, settings.get("CRAWL_ID") or "")
+        values = {"spider": crawl, "name": crawl}
+        start_urls = settings.get("REDIS_START_URLS_KEY") or START_URLS_KEY
+        own = getattr(spidercls, "redis_key", None) if spidercls is not None else None
+        if isinstance(own, str) and own.strip():
+            start_urls = own
         return cls(
             spider=spider_name,
-            queue=settings.get("SCHEDULER_QUEUE_KEY", SCHEDULER_QUEUE_KEY) % values,
-            dupefilter=settings.get("SCHEDULER_DUPEFILTER_KEY", SCHEDULER_DUPEFILTER_KEY) % values,
-            start_urls=settings.get("REDIS_START_URLS_KEY", START_URLS_KEY) % values,
-            items=settings.get("REDIS_ITEMS_KEY", ITEMS_KEY) % values,
-            stats=settings.get("STATS_KEY", STATS_KEY) % values,
+            crawl=crawl,
+            queue=(settings.get("SCHEDULER_QUEUE_KEY") or SCHEDULER_QUEUE_KEY) % values,
+            dupefilter=(settings.get("SCHEDULER_DUPEFILTER_KEY") or SCHEDULER_DUPEFILTER_KEY) % values,
+            start_urls=start_urls % values,
+            items=(settings.get("REDIS_ITEMS_KEY") or ITEMS_KEY) % values,
+            stats=(settings.get("STATS_KEY") or STATS_KEY) % values,
         )
 
     @property
@@ -107,41 +141,41 @@ class Keys:
     @property
     def nodes(self) -> str:
         """Node registry: sorted set of node ids, score = last heartbeat (Unix ms)."""
-        return f"{self.spider}:nodes"
+        return f"{self.crawl}:nodes"
 
     @property
     def lease_prefix(self) -> str:
         """In-flight requests of a node: hash ``<spider>:leases:<node>`` of payload -> ``score\\thost``."""
-        return f"{self.spider}:leases:"
+        return f"{self.crawl}:leases:"
 
     @property
     def politeness_prefix(self) -> str:
         """Per-host politeness state, ``<spider>:politeness:<host>``: a hash of ``next`` and
         ``pause_until`` (Unix ms), ``factor`` (slow-down, 0-1), ``robots_delay`` (seconds),
         ``inflight`` (leases held across the cluster)."""
-        return f"{self.spider}:politeness:"
+        return f"{self.crawl}:politeness:"
 
     @property
     def limited(self) -> str:
         """Set of hosts whose every request needs a send-time check even without
         ``DOMAIN_RATE_LIMIT``: slowed down or paused after a 429/503, or with a robots.txt
         Crawl-delay (``@`` keeps it apart from host names)."""
-        return f"{self.spider}:politeness:@limited"
+        return f"{self.crawl}:politeness:@limited"
 
     @property
     def politeness_events(self) -> str:
         """Pub/sub channel: a host name is published when it joins ``limited``, so every worker
         checks its next sends at once."""
-        return f"{self.spider}:politeness:@events"
+        return f"{self.crawl}:politeness:@events"
 
     def robots(self, netloc: str) -> str:
         """The cached robots.txt of a host: hash of ``status`` and ``body``, with a TTL."""
-        return f"{self.spider}:robots:{netloc}"
+        return f"{self.crawl}:robots:{netloc}"
 
     @property
     def rates(self) -> str:
         """Live per-host rate overrides (requests/second), ``HSET <spider>:rates <host> <rate>``."""
-        return f"{self.spider}:rates"
+        return f"{self.crawl}:rates"
 
     def node_info(self, node_id: str) -> str:
         return f"{self.nodes}:{node_id}"

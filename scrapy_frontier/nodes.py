@@ -11,7 +11,11 @@ whose last beat is older than the node timeout, in one Lua script, atomically.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -25,6 +29,18 @@ if TYPE_CHECKING:
     from scrapy_frontier.keys import Keys
 
 logger = logging.getLogger(__name__)
+
+_node_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def node_id_of(crawler: Any) -> str:
+    """This process's node id in the crawl, ``<host>:<pid>:<random>``: one per crawler (kept as
+    long as the crawler lives), readable in ``redis-cli``, shared by the scheduler (leases), the
+    storage pipeline (replays), metrics and JSON logs."""
+    node = _node_ids.get(crawler)
+    if node is None:
+        node = _node_ids[crawler] = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    return node
 
 
 class Heartbeat:

@@ -13,7 +13,7 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
 from scrapy_frontier.connection import ConfigError, describe_error, redact_url, sync_redis
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import Keys, crawl_id_error
 
 if TYPE_CHECKING:
     import argparse
@@ -42,10 +42,17 @@ class RedisCommand(ScrapyCommand):
             return self._fail(str(exc))
         except redis.exceptions.RedisError as exc:
             return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
-        if args[0] not in get_spider_loader(self.settings).list():
+        error = crawl_id_error(str(self.settings.get("CRAWL_ID") or "").strip())
+        if error:
+            return self._fail(error)
+        loader = get_spider_loader(self.settings)
+        spidercls = None
+        if args[0] in loader.list():
+            spidercls = loader.load(args[0])
+        else:
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
-            result = self.execute(client, Keys.for_spider(self.settings, args[0]), opts)
+            result = self.execute(client, Keys.for_spider(self.settings, args[0], spidercls), opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
         finally:

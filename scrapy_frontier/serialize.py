@@ -1,9 +1,10 @@
 """Requests as JSON, and start-URL payloads as requests.
 
-A queued request is the JSON form of :meth:`scrapy.Request.to_dict`: callbacks and errbacks by
-spider method name, headers and body as Latin-1 text (a lossless byte-to-character mapping),
-meta and cb_kwargs as they are (they must be JSON-serializable). Keys starting with ``_frontier``
-in meta are this worker's bookkeeping and are not stored.
+A queued request is the JSON form of :meth:`scrapy.Request.to_dict`, without the values that are
+Scrapy's defaults: callbacks and errbacks by spider method name, headers and body as Latin-1 text
+(a lossless byte-to-character mapping), meta and cb_kwargs as they are (they must be
+JSON-serializable). Keys starting with ``_frontier`` in meta are this worker's bookkeeping and
+are not stored.
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ class RequestRefused(ValueError):
         self.reason = reason
 
 
+#: The value of each ``Request.to_dict()`` key that a payload leaves out (scrapy/http/request).
+_DEFAULTS: dict[str, Any] = {
+    "callback": None,
+    "errback": None,
+    "method": "GET",
+    "headers": {},
+    "body": b"",
+    "cookies": {},
+    "meta": {},
+    "encoding": "utf-8",
+    "priority": 0,
+    "dont_filter": False,
+    "flags": [],
+    "cb_kwargs": {},
+}
+
+
 def method_name(spider: Spider, func: Any) -> str | None:
     """Name of the spider method ``func`` is bound to; raises :class:`RequestRefused` otherwise."""
     if func is None or isinstance(func, str):
@@ -63,41 +81,57 @@ def method_name(spider: Spider, func: Any) -> str | None:
     name = getattr(func, "__name__", None)
     if getattr(func, "__self__", None) is spider and name and getattr(getattr(spider, name, None), "__func__", None) is getattr(func, "__func__", 0):
         return name
-    raise RequestRefused("callback", f"callback {func!r} is not a method of spider {spider.name!r}")
+    raise RequestRefused("callback", f"callback {func!r} is not a method of spider {spider.name!r}: a request in Redis names its callback, so it must be a spider method")
 
 
 def request_to_json(request: Request, spider: Spider) -> str:
-    """Serialize ``request``; raises :class:`RequestRefused` for a foreign callback or meta that is not JSON."""
-    d: dict[str, Any] = {
-        "url": request.url,
-        "callback": method_name(spider, request.callback),
-        "errback": method_name(spider, request.errback),
-    }
-    if request.method != "GET":
-        d["method"] = request.method
-    if request.headers:
-        d["headers"] = {k.decode("latin-1"): [v.decode("latin-1") for v in vs] for k, vs in request.headers.items()}
-    if request.body:
-        d["body"] = request.body.decode("latin-1")
-    meta = {k: v for k, v in request.meta.items() if not k.startswith(PRIVATE_META_PREFIX)}
-    if meta:
-        d["meta"] = meta
-    for attr in ("cb_kwargs", "cookies", "flags"):
-        value = getattr(request, attr)
-        if value:
-            d[attr] = value
-    if request.priority:
-        d["priority"] = request.priority
-    if request.dont_filter:
-        d["dont_filter"] = True
-    if request.encoding != "utf-8":
-        d["encoding"] = request.encoding
-    if type(request) is not Request:
-        d["_class"] = f"{type(request).__module__}.{type(request).__name__}"
+    """Serialize ``request`` from :meth:`scrapy.Request.to_dict` (so subclasses such as
+    ``JsonRequest`` keep their own attributes), leaving out every value that is the default.
+
+    Raises :class:`RequestRefused`: reason ``callback`` for a callback or errback that is not a
+    method of ``spider`` (a lambda, another object's function), ``not_json`` naming the ``meta``,
+    ``cb_kwargs`` or ``cookies`` key whose value JSON cannot hold.
+    """
+    method_name(spider, request.callback), method_name(spider, request.errback)  # refuses foreign ones first
+    d = request.to_dict(spider=spider)
+    out: dict[str, Any] = {}
+    for key, value in d.items():
+        if key in _DEFAULTS and value == _DEFAULTS[key]:
+            continue
+        out[key] = value
+    if "headers" in out:
+        out["headers"] = {k.decode("latin-1"): [v.decode("latin-1") for v in vs] for k, vs in request.headers.items()}
+    if "body" in out:
+        out["body"] = request.body.decode("latin-1")
+    if "meta" in out:
+        meta = {k: v for k, v in request.meta.items() if not k.startswith(PRIVATE_META_PREFIX)}
+        if meta:
+            out["meta"] = meta
+        else:
+            del out["meta"]
+    if "flags" in out:
+        out["flags"] = list(out["flags"])
     try:
-        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise RequestRefused("not_json", f"{request}: meta, cb_kwargs or cookies are not JSON-serializable ({exc})") from None
+        raise RequestRefused("not_json", f"{_not_json(out)} ({exc}); a request in Redis is JSON") from None
+
+
+def _not_json(d: dict[str, Any]) -> str:
+    """Which key of a request's dict JSON cannot hold, in words."""
+    for section in ("meta", "cb_kwargs", "cookies"):
+        value = d.get(section)
+        for key, item in value.items() if isinstance(value, dict) else ():
+            try:
+                json.dumps(item)
+            except (TypeError, ValueError):
+                return f"{section} key {key!r} holds a {type(item).__name__}, which is not JSON-serializable"
+    for key, value in d.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            return f"{key!r} holds a {type(value).__name__}, which is not JSON-serializable"
+    return "the request is not JSON-serializable"
 
 
 def request_from_json(payload: str | bytes, spider: Spider) -> Request:
@@ -157,13 +191,13 @@ def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Req
     except UnicodeDecodeError as exc:
         raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
     if not text or text[0] not in '{["-0123456789' and text not in ("true", "false", "null"):
-        return Request(check_url(text), callback=getattr(spider, "parse", None)), []
+        return Request(check_url(text)), []
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise RequestRefused("bad_json", f"payload looks like JSON but does not parse ({exc})") from None
     if isinstance(data, str):
-        return Request(check_url(data), callback=getattr(spider, "parse", None)), []
+        return Request(check_url(data)), []
     if not isinstance(data, dict):
         raise RequestRefused("not_object", f"JSON payload must be an object or a URL string, got {type(data).__name__}")
     unknown = sorted(set(data) - _PAYLOAD_KEYS)
@@ -176,10 +210,11 @@ def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Req
             kwargs[key] = value
     if "method" in kwargs and not kwargs["method"].isalpha():
         raise RequestRefused("bad_field", f"method {kwargs['method']!r:.50} is not an HTTP method")
-    callback = data.get("callback") or "parse"
-    if not isinstance(callback, str) or not callable(getattr(spider, callback, None)) or callback.startswith("_"):
-        raise RequestRefused("bad_field", f"callback {callback!r:.100} is not a method of spider {spider.name!r}")
-    kwargs["callback"] = getattr(spider, callback)
+    callback = data.get("callback")
+    if callback is not None:
+        if not isinstance(callback, str) or not callable(getattr(spider, callback, None)) or callback.startswith("_"):
+            raise RequestRefused("bad_field", f"callback {callback!r:.100} is not a method of spider {spider.name!r}")
+        kwargs["callback"] = getattr(spider, callback)
     if "meta" in kwargs:
         kwargs["meta"] = {k: v for k, v in kwargs["meta"].items() if not k.startswith(PRIVATE_META_PREFIX)}
         for key, value in kwargs["meta"].items():

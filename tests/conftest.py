@@ -122,7 +122,7 @@ def expected_pages(docs_site) -> set[str]:
 
 def _clean_redis(client: redis.Redis) -> None:
     for spider in SPIDERS:
-        keys = list(client.scan_iter(match=f"{spider}:*", count=1000))
+        keys = list(client.scan_iter(match=f"{spider}:*", count=1000)) + list(client.scan_iter(match=f"{spider}@*", count=1000))
         for i in range(0, len(keys), 500):
             client.delete(*keys[i : i + 500])
 

@@ -1,4 +1,4 @@
-"""GC_FREEZE: startup objects leave the garbage collector's full collections once the spider is
+"""GC_FREEZE_ENABLED: startup objects leave the garbage collector's full collections once the spider is
 open; startup garbage is collected first, never frozen."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def unfreeze():
 
 
 def test_objects_alive_at_open_are_frozen_and_garbage_is_collected_first(unfreeze):
-    crawler = get_crawler(Spider, {"GC_FREEZE": True})
+    crawler = get_crawler(Spider, {"GC_FREEZE_ENABLED": True})
     extension = GcFreeze.from_crawler(crawler)
     kept = _Node()
     garbage = weakref.ref(_Node())
@@ -40,4 +40,4 @@ def test_objects_alive_at_open_are_frozen_and_garbage_is_collected_first(unfreez
 
 def test_off_when_the_setting_says_so():
     with pytest.raises(NotConfigured):
-        GcFreeze.from_crawler(get_crawler(Spider, {"GC_FREEZE": False}))
+        GcFreeze.from_crawler(get_crawler(Spider, {"GC_FREEZE_ENABLED": False}))

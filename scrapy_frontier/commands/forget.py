@@ -14,6 +14,7 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.defaults import START_URLS_MAX_BYTES
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, check_meta, meta_for, stored_layout
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import Keys
 
 
 class Command(RedisCommand):
@@ -75,7 +76,7 @@ class Command(RedisCommand):
         except DupefilterMismatch as exc:
             return self._fail(str(exc))
         spider = spidercls() if spidercls is not Spider else Spider(name=keys.spider)
-        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
+        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
         payloads = list(self._payloads)
         for pattern in opts.pattern:
             payloads += [url.encode() for url in self._stored_urls(client, keys) if fnmatch.fnmatchcase(url, pattern)]

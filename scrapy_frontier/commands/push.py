@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from scrapy_frontier.defaults import START_URLS_MAX_BYTES
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 
     import redis
 
-    from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import Keys
 
 
 class Command(RedisCommand):
@@ -50,7 +51,7 @@ class Command(RedisCommand):
             spider = get_spider_loader(self.settings).load(keys.spider)()
         except KeyError:
             return self._fail(f"no spider {keys.spider!r} in this project")
-        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", 65536)
+        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
         good, self._refused = [], []
         for raw in self._payloads:
             try:

@@ -41,14 +41,16 @@ class SharedPolitenessMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         if not crawler.settings.get("REDIS_URL"):
             raise NotConfigured  # embedded mode: one process, Scrapy's own throttling applies
+        if not read_setting(crawler, "POLITENESS_ENABLED", bool):
+            raise NotConfigured("POLITENESS_ENABLED is off")
         self.crawler = crawler
         self.stats = crawler.stats
-        self.default_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, 0.0, minimum=0)
-        self.refresh = read_setting(crawler, "POLITENESS_REFRESH", float, 2.0, above=0)
-        self.min_factor = read_setting(crawler, "POLITENESS_MIN_FACTOR", float, 0.05, above=0)
-        self.recovery_step = read_setting(crawler, "POLITENESS_RECOVERY_STEP", float, 0.1, above=0)
-        self.base_rate = read_setting(crawler, "POLITENESS_BASE_RATE", float, 10.0, above=0)
-        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, 300.0, minimum=0)
+        self.default_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, minimum=0)
+        self.refresh = read_setting(crawler, "POLITENESS_REFRESH", float, above=0)
+        self.min_factor = read_setting(crawler, "POLITENESS_MIN_FACTOR", float, above=0)
+        self.recovery_step = read_setting(crawler, "POLITENESS_RECOVERY_STEP", float, above=0)
+        self.base_rate = read_setting(crawler, "POLITENESS_BASE_RATE", float, above=0)
+        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, minimum=0)
         try:
             self.seed = {str(k): float(v) for k, v in crawler.settings.getdict("DOMAIN_RATE_LIMITS").items()}
             if any(v < 0 for v in self.seed.values()):

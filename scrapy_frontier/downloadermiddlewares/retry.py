@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.utils.response import response_status_message
 
-from scrapy_frontier.scheduler import FAILED_META
+from scrapy_frontier.scheduler.leases import FAILED_META
 from scrapy_frontier.config import read_setting
 
 if TYPE_CHECKING:
@@ -65,9 +65,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler.settings)
         self.crawler = crawler
-        self.base = read_setting(crawler, "RETRY_BACKOFF_BASE", float, 1.0, minimum=0)
-        self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX", float, 60.0, minimum=0)
-        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, 300.0, minimum=0)
+        self.base = read_setting(crawler, "RETRY_BACKOFF_BASE", float, minimum=0)
+        self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX", float, minimum=0)
+        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, minimum=0)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:

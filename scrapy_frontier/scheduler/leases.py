@@ -1,0 +1,137 @@
+"""This worker's leases: the requests it took from the frontier and has not finished yet.
+
+A lease ends in one of three ways, each recorded here and sent to Redis by the scheduler's next
+flush (acknowledgements go with the pushes of the requests the response produced, never before):
+
+- Scrapy is done with the response (:meth:`LeaseBook.scraped`): acknowledged;
+- the request failed for good (retries exhausted, a download error, an error in the callback):
+  acknowledged and kept as a dead letter in ``<spider>:requests:failed``;
+- a downloader middleware replaced the request (a retry or a redirect, :meth:`LeaseBook.replaced`):
+  the parent's response never reaches the scraper, so its lease ends when the child is queued.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest
+from twisted.python.failure import Failure
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_frontier.keys import Keys
+
+logger = logging.getLogger(__name__)
+
+#: Request meta key: the frontier payload of the lease a request was taken under.
+LEASE_META = "_frontier_lease"
+#: Request meta key: set by the retry middleware or a callback error, the request failed for good.
+FAILED_META = "_frontier_failed"
+
+
+@dataclass
+class _Lease:
+    request: Request
+    retry_times: int
+    redirect_times: int
+
+
+def failure_record(reason: str, exception: BaseException | Failure) -> dict[str, str]:
+    """The ``FAILED_META`` value for a request that failed for good: ``reason`` (a stat word) and
+    the exception as ``Type: message`` (at most 500 characters)."""
+    if isinstance(exception, Failure):
+        text = f"{exception.type.__name__}: {exception.getErrorMessage()}"
+    else:
+        text = f"{type(exception).__name__}: {exception}"
+    return {"reason": reason, "exception": text[:500]}
+
+
+class LeaseBook:
+    """The leases of one worker, and what to send to Redis about them at the next flush:
+    :attr:`to_ack` (lease payloads) and :attr:`to_fail` (dead-letter records, JSON text)."""
+
+    def __init__(self, keys: Keys, node_id: str, stats: StatsCollector) -> None:
+        self.keys = keys
+        self.node_id = node_id
+        self.stats = stats
+        self._leases: dict[bytes, _Lease] = {}
+        self.to_ack: list[bytes] = []
+        self.to_fail: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def take(self, payload: bytes, request: Request) -> None:
+        """Record that ``request`` (rebuilt from ``payload``) is leased by this worker."""
+        request.meta[LEASE_META] = payload
+        self._leases[payload] = _Lease(request, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0))
+
+    def forget(self, payload: bytes) -> None:
+        """Drop a lease without acknowledging it (given back to the frontier, or reclaimed)."""
+        self._leases.pop(payload, None)
+
+    def clear(self) -> None:
+        self._leases.clear()
+
+    def ack(self, payload: bytes) -> None:
+        self.to_ack.append(payload)
+        self.stats.inc_value("frontier/acked")
+
+    def replaced(self, request: Request) -> None:
+        """``request`` is being queued: when it is a retry or a redirect of a leased request (made
+        by a downloader middleware, so meta is copied and ``retry_times`` or ``redirect_times``
+        moved on), the parent's lease ends here."""
+        parent = request.meta.get(LEASE_META)
+        if parent is None:
+            return
+        lease = self._leases.get(parent)
+        if lease is not None and lease.request is not request and (
+            request.meta.get("retry_times", 0) != lease.retry_times or request.meta.get("redirect_times", 0) != lease.redirect_times
+        ):
+            del self._leases[parent]
+            self.ack(parent)
+
+    def scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
+        """Scrapy is done with ``request``'s response or failure ``result``: acknowledge its lease,
+        and keep a dead letter when it failed for good. Returns ``passthrough`` (a Deferred callback)."""
+        payload = request.meta.get(LEASE_META)
+        if payload is None or self._leases.pop(payload, None) is None:
+            return passthrough
+        failed = request.meta.get(FAILED_META)
+        if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):
+            failed = failure_record("download_error", result)
+        if failed is not None:
+            self._dead_letter(payload, request, failed)
+        self.ack(payload)
+        return passthrough
+
+    def callback_failed(self, failure: Failure, request: Request | None) -> None:
+        """The spider's callback raised for ``request``: it fails for good when Scrapy is done with it."""
+        if request is not None and LEASE_META in request.meta:
+            request.meta[FAILED_META] = failure_record("callback_error", failure)
+
+    def unreadable(self, payload: bytes, exc: Exception) -> None:
+        """A leased payload cannot be rebuilt into a request: kept as a dead letter, acknowledged."""
+        logger.error("Unreadable request in the frontier, kept in %s: %s", self.keys.failed, exc)
+        self.to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": payload.decode("utf-8", "replace")}))
+        self.ack(payload)
+        self.stats.inc_value("frontier/failed/unreadable")
+
+    def _dead_letter(self, payload: bytes, request: Request, failed: dict[str, Any]) -> None:
+        record = {
+            **failed,
+            "attempts": request.meta.get("retry_times", 0) + 1,
+            "url": request.url,
+            "failed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "node": self.node_id,
+        }
+        head = json.dumps(record, ensure_ascii=False)[:-1]
+        self.to_fail.append(f'{head},"request":{payload.decode()}}}')
+        self.stats.inc_value(f"frontier/failed/{failed['reason']}")
+        logger.warning("Request failed for good (%s), kept in %s: %s", failed["reason"], self.keys.failed, request.url)

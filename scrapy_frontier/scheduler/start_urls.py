@@ -1,0 +1,104 @@
+"""Start-URL intake: turning ``<spider>:start_urls`` payloads into requests, and the spider's own
+start requests into requests fetched once per crawl.
+
+Payloads are taken from Redis under this worker's lease (:meth:`Frontier.take_start_urls`) and
+acknowledged by the next flush, after the requests they made are queued: a worker that dies
+between the two leaves them to be reclaimed, never lost.
+
+A payload becomes a request through :func:`scrapy_frontier.serialize.parse_start_payload` (a URL
+or a JSON object, checked), or, for a scrapy-redis ``RedisSpider`` / ``RedisCrawlSpider`` whose
+class overrides ``make_request_from_data``, through that method, as scrapy-redis does. A payload
+that makes no request is refused: logged, counted in ``start_urls/refused/<reason>`` and kept in
+``<start urls key>:invalid``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+
+from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+
+def redis_spider_hook(spider: Spider) -> Any | None:
+    """The ``make_request_from_data`` a scrapy-redis spider's own class defines, or ``None`` when
+    the spider is not a scrapy-redis spider or keeps scrapy-redis's default (then payloads are
+    read by :func:`parse_start_payload`, which checks them and accepts scrapy-redis's JSON form)."""
+    method = getattr(type(spider), "make_request_from_data", None)
+    if method is None or not hasattr(spider, "redis_key"):
+        return None
+    if (getattr(method, "__module__", "") or "").startswith("scrapy_redis."):
+        return None
+    return getattr(spider, "make_request_from_data")
+
+
+def start_request_fingerprint(fingerprint: bytes) -> str:
+    """The dupefilter entry of a spider's own start request marked ``dont_filter``: every worker
+    runs the spider's ``start()``, and such a request must still be fetched once per crawl, not
+    once per worker. A hash of the request fingerprint in its own namespace, so it never blocks a
+    later request for the same URL found in a page (hex, as long as a SHA-1)."""
+    return hashlib.sha1(b"scrapy-frontier start request:" + fingerprint).hexdigest()
+
+
+class StartUrlIntake:
+    """Builds requests from raw start-URL payloads for one spider."""
+
+    def __init__(self, spider: Spider, stats: StatsCollector, node_id: str, max_bytes: int) -> None:
+        self.spider = spider
+        self.stats = stats
+        self.node_id = node_id
+        self.max_bytes = max_bytes
+        self.hook = redis_spider_hook(spider)
+
+    def requests(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
+        """The requests of one payload, and its dead-letter record when it was refused."""
+        if self.hook is not None:
+            return self._from_hook(raw)
+        try:
+            request, unknown = parse_start_payload(raw, self.spider, self.max_bytes)
+        except RequestRefused as exc:
+            return [], self.refuse(raw, exc)
+        if unknown:
+            logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
+            self.stats.inc_value("start_urls/unknown_keys")
+        return [request], None
+
+    def _from_hook(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
+        if len(raw) > self.max_bytes:
+            return [], self.refuse(raw, RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={self.max_bytes}"))
+        try:
+            made = self.hook(raw)
+            requests = [made] if isinstance(made, Request) else list(made) if isinstance(made, Iterable) else [] if not made else [made]
+        except Exception as exc:
+            return [], self.refuse(raw, RequestRefused("make_request_from_data", f"{type(self.spider).__name__}.make_request_from_data raised {type(exc).__name__}: {exc}"))
+        bad = [r for r in requests if not isinstance(r, Request)]
+        if bad:
+            return [], self.refuse(raw, RequestRefused("make_request_from_data", f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a Request"))
+        if not requests:
+            return [], self.refuse(raw, RequestRefused("no_request", f"{type(self.spider).__name__}.make_request_from_data made no request"))
+        return requests, None
+
+    def refuse(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:
+        """Log and count a refused start-URL payload; returns its dead-letter record."""
+        shown = raw[:200].decode("utf-8", "replace")
+        logger.warning("Refused start URL payload %r (%s): %s", shown, exc.reason, exc)
+        self.stats.inc_value(f"start_urls/refused/{exc.reason}")
+        return {
+            "reason": exc.reason,
+            "detail": str(exc),
+            "payload": raw[: self.max_bytes].decode("utf-8", "replace"),
+            "size": len(raw),
+            "node": self.node_id,
+            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }

@@ -1,0 +1,55 @@
+"""Every place scrapy-frontier reaches into Scrapy's internals, in one module.
+
+Scrapy has no public API for these two needs. Each function names the Scrapy version it was
+checked against; ``tests/test_scrapy_internals.py`` fails loudly (with this module's name in
+the message) when an upgrade of Scrapy changes what it relies on.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+#: The Scrapy version these hooks were last checked against.
+CHECKED_WITH = "2.19.0"
+
+
+class ScrapyChanged(RuntimeError):
+    """Scrapy no longer has an internal this module relies on: scrapy-frontier needs an update."""
+
+
+def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any]) -> None:
+    """Call ``callback(passthrough, result, request)`` when Scrapy is done with a response (or a
+    download failure): its callback ran, the requests it yielded were handed to the scheduler and
+    its items went through every item pipeline. ``result`` is the Response or the Failure.
+
+    Scrapy has no signal for that moment; ``Scraper.enqueue_scrape(result, request)`` returns
+    the Deferred that fires exactly then (Scrapy 2.13-2.19, ``scrapy/core/scraper.py``), so it is
+    wrapped on this crawler's scraper instance. Raises :class:`ScrapyChanged` when it is gone.
+    """
+    scraper = getattr(crawler.engine, "scraper", None)
+    enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
+    if enqueue_scrape is None:
+        raise ScrapyChanged(f"scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy {CHECKED_WITH})")
+
+    def wrapped(result: Any, request: Request) -> Any:
+        d = enqueue_scrape(result, request)
+        d.addBoth(callback, result, request)
+        return d
+
+    scraper.enqueue_scrape = wrapped
+
+
+def wake_engine(crawler: Crawler) -> None:
+    """Ask the engine to call the scheduler's ``next_request()`` now, rather than at its next
+    5-second heartbeat: requests arrived from Redis. ``ExecutionEngine._slot.nextcall`` is a
+    ``CallLaterOnce`` (Scrapy 2.13-2.19, ``scrapy/core/engine.py``). Does nothing while the
+    engine has no slot (not yet open, or closing)."""
+    slot = getattr(crawler.engine, "_slot", None)
+    if slot is not None:
+        slot.nextcall.schedule()
