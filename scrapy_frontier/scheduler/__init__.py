@@ -77,6 +77,8 @@ class FrontierScheduler(BaseScheduler):
         self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, minimum=0)
         self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, minimum=0)
         self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, minimum=0)
+        self.dupefilter_debug = settings.getbool("DUPEFILTER_DEBUG")
+        self._log_duplicates = True
         crawl_error = crawl_id_error(str(settings.get("CRAWL_ID") or "").strip())
         if crawl_error:
             fail_at_open(crawler, "%s", crawl_error)
@@ -236,8 +238,12 @@ class FrontierScheduler(BaseScheduler):
         """A request dropped as a duplicate: counted, and logged as Scrapy's dupefilter does
         (the first one, or each with ``DUPEFILTER_DEBUG``)."""
         self.stats.inc_value("dupefilter/filtered")
-        if self.crawler.settings.getbool("DUPEFILTER_DEBUG"):
+        if self.dupefilter_debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
+        elif self._log_duplicates:
+            msg = "Filtered duplicate request: %(request)s - no more duplicates will be shown (see DUPEFILTER_DEBUG to show all duplicates)"
+            logger.debug(msg, {"request": request}, extra={"spider": self.spider})
+            self._log_duplicates = False
 
     def next_request(self) -> Request | None:
         if len(self._local) <= self.prefetch // 2:
