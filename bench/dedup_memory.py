@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import socket
+import sys
 import subprocess
 import tempfile
 import time
@@ -28,14 +29,13 @@ from scrapy.settings import Settings
 from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, bloom_size
 from scrapy_frontier.keys import Keys
 
+ROOT_DIR = Path(__file__).resolve().parent.parent
+if str(ROOT_DIR) not in sys.path:
+    sys.path.insert(0, str(ROOT_DIR))
+from tests.loopback import free_port  # noqa: E402
+
 OUT = Path(__file__).resolve().parent / "out"
 BATCH = 1000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fingerprints(prefix: str, start: int, n: int) -> list[str]:

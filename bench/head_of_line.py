@@ -23,13 +23,12 @@ from pathlib import Path
 
 import redis
 
+ROOT_DIR = Path(__file__).resolve().parent.parent
+if str(ROOT_DIR) not in sys.path:
+    sys.path.insert(0, str(ROOT_DIR))
+from tests.loopback import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def serve(host: str, pages: int, log: Path) -> tuple[subprocess.Popen, str]:

@@ -31,6 +31,11 @@ from urllib.parse import urlsplit
 
 import redis
 
+ROOT_DIR = Path(__file__).resolve().parent.parent
+if str(ROOT_DIR) not in sys.path:
+    sys.path.insert(0, str(ROOT_DIR))
+from tests.loopback import free_port, wait_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 HOST = "127.0.0.31"
@@ -74,24 +79,6 @@ def make_site(pages: int) -> Path:
         body = "".join(f'<a href="p{k}.html">page {k}</a> ' for k in links)
         (site / f"p{i}.html").write_text(f"<html><head><title>Page {i}</title></head><body><h1>Page {i}</h1><p>{filler}</p>{body}</body></html>")
     return site
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_port(host: str, port: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=0.2).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f} s") from None
-            time.sleep(0.05)
 
 
 class Nginx:

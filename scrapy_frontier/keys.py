@@ -24,6 +24,10 @@ SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 START_URLS_KEY = "%(name)s:start_urls"
 #: Optional copy of every stored item (scrapy-redis's RedisPipeline list).
 ITEMS_KEY = "%(spider)s:items"
+#: Every crawl that has run on this Redis database (a set of crawl names, ``<spider>`` or
+#: ``<spider>@<CRAWL_ID>``): what ``scrapy status`` without a spider lists. Workers add their
+#: crawl when they join; the last worker of a finished crawl that clears it removes it.
+CRAWLS_KEY = "scrapy-frontier:crawls"
 #: Cluster-wide totals (scrapy-redis's STATS_KEY): a hash of counters every worker adds its deltas to.
 STATS_KEY = "%(spider)s:stats"
 

@@ -24,6 +24,8 @@ import pymysql
 import pytest
 import redis
 
+from tests.loopback import free_port, wait_port
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = Path(os.environ.get("DOCS_DIR", "/usr/share/doc/python3.11/html"))
 REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
@@ -43,21 +45,6 @@ FAST = {
     "FRONTIER_NODE_TIMEOUT": "4",
     "RETRY_BACKOFF_BASE": "0.05",
 }
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def wait_port(host: str, port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {host}:{port}")
 
 
 class HttpServer:

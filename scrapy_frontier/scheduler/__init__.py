@@ -36,7 +36,7 @@ from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import DedupConfig, DupefilterMismatch, fingerprinter_id
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
 from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, now_ms, slot_of
-from scrapy_frontier.keys import Keys, crawl_id_error
+from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error
 from scrapy_frontier.nodes import Heartbeat, node_id_of
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake, start_request_fingerprint
@@ -178,6 +178,10 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.heartbeat.start()
+        try:
+            await client.sadd(settings.get("CRAWLS_KEY") or CRAWLS_KEY, self.keys.crawl)
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+            logger.warning("Could not record the crawl in %s (%s); scrapy status lists it once a worker can", CRAWLS_KEY, describe_error(exc))
         logger.info("Joined the crawl %r on %s as node %s", self.keys.crawl, redact_url(url), self.node_id)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
@@ -455,4 +459,5 @@ class FrontierScheduler(BaseScheduler):
             status = await self.frontier.status()
             if status.idle and status.nodes == 0:
                 await self.frontier.clear()
+                await self.frontier.redis.srem(self.crawler.settings.get("CRAWLS_KEY") or CRAWLS_KEY, self.keys.crawl)
                 logger.info("Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)")

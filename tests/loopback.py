@@ -1,0 +1,25 @@
+"""Ports on loopback, for the tests and the benchmarks (``bench/`` imports this module)."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on at ``host`` now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_port(host: str, port: int, timeout: float = 10) -> None:
+    """Return once something accepts connections on ``host:port``; raises ``RuntimeError`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout:.0f} s")
