@@ -115,7 +115,7 @@ class DedupConfig:
 
 def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:
     """``(bits, hashes)`` of a Bloom filter holding ``capacity`` items at ``error_rate``
-    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as the Lua script computes them."""
+    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as ``lua/dupefilter_seen.lua`` computes them."""
     k = math.ceil(-math.log(error_rate) / math.log(2))
     return math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2), k
 
