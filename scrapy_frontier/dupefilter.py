@@ -16,6 +16,9 @@ Three layouts of ``<spider>:dupefilter`` (setting ``DUPEFILTER_MODE``):
   fingerprint by enhanced double hashing (Dillinger and Manolios, 2004). About 3.8 bytes per URL at 1e-6 when a filter is full. A Bloom filter cannot delete: forgotten fingerprints
   go to ``<spider>:dupefilter:forgotten`` and are let through once.
 
+The check is the Lua file ``scrapy_frontier/lua/dupefilter_seen.lua``, included by the
+frontier's push script and by this module's ``dupefilter_add.lua``.
+
 The hash ``<spider>:dupefilter:meta`` records who wrote the dupefilter: the fingerprinter class,
 the fingerprint it gives a fixed probe request, and the layout. A worker whose fingerprinter or
 layout differs refuses to start (:class:`DupefilterMismatch`), instead of silently crawling the
@@ -29,6 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+
+from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -44,162 +49,6 @@ MODES = ("exact", "bloom")
 SEGMENT_BITS = (4 * 1024 * 1024 - 64) * 8
 #: The request whose fingerprint identifies a fingerprinter's algorithm in the meta hash.
 PROBE = Request("http://fingerprint.probe/path?b=2&a=1#frag", method="POST", body=b"probe", headers={"X-Probe": "1"})
-
-# A Lua function, shared by the push script of the frontier and the dedup script below.
-# Locals it needs, declared by the caller's prologue (Redis forbids new globals): D (dupefilter key), FORGOTTEN (key),
-# BLOOM (layout hash key), MODE ('set' | 'zset' | 'bloom'), NOW (ms), AGE (ms, zset only),
-# CAP0 and ERR (bloom parameters for a new chain).
-LUA_SEEN = """
-local SEG = @SEGMENT_BITS@
-local forgotten_any = redis.call('EXISTS', FORGOTTEN) == 1
-local layout = nil
-local function bloom_grow(t)
-  local i = t.n
-  local cap = t.cap0 * 2 ^ i
-  local p = t.err / 2 ^ (i + 1)
-  local k = math.ceil(-math.log(p) / math.log(2))
-  local bits = math.ceil(-cap * math.log(p) / (math.log(2) ^ 2))
-  if bits > 2 ^ 42 then
-    bits = 2 ^ 42
-    cap = math.floor(-bits * (math.log(2) ^ 2) / math.log(p))
-  end
-  t.f[i] = {cap = cap, k = k, bits = bits, count = 0, key = BLOOM .. ':' .. i .. ':'}
-  t.n = i + 1
-  redis.call('HSET', BLOOM, i .. ':cap', cap, i .. ':k', k, i .. ':bits', bits, i .. ':count', 0, 'n', t.n)
-  -- Allocate the bits now, each segment exactly sized (SET of zeros): a string grown by SETBIT
-  -- gets up to 1 MB more than it needs.
-  for seg = 0, math.floor((bits - 1) / SEG) do
-    redis.call('SET', t.f[i].key .. seg, string.rep('\0', math.ceil(math.min(SEG, bits - seg * SEG) / 8)))
-  end
-end
-local function bloom_layout()
-  if layout then return layout end
-  local h = redis.call('HGETALL', BLOOM)
-  local raw = {}
-  for i = 1, #h, 2 do raw[h[i]] = tonumber(h[i + 1]) end
-  local t = {f = {}, added = 0}
-  if raw.n then
-    t.cap0, t.err, t.n = raw.cap0, raw.err, raw.n
-    for i = 0, t.n - 1 do
-      t.f[i] = {cap = raw[i .. ':cap'], k = raw[i .. ':k'], bits = raw[i .. ':bits'], count = raw[i .. ':count'], key = BLOOM .. ':' .. i .. ':'}
-    end
-  else
-    t.cap0, t.err, t.n = CAP0, ERR, 0
-    redis.call('HSET', BLOOM, 'cap0', CAP0, 'err', ERR, 'n', 0, 'count', 0)
-    bloom_grow(t)
-  end
-  layout = t
-  return t
-end
--- The k bit positions of a fingerprint in a filter, by enhanced double hashing (Dillinger and
--- Manolios, "Bloom Filters in Probabilistic Verification", 2004): plain double hashing lets
--- two fingerprints share all k positions far more often than 1/m^k in small filters. Every
--- value stays below the filter's size (< 2^42), so doubles keep it exact.
-local function bloom_positions(filter, h1, h2)
-  local bits, out = filter.bits, {}
-  local a, b = math.fmod(h1, bits), math.fmod(h2, bits)
-  for j = 0, filter.k - 1 do
-    out[j + 1] = a
-    a = math.fmod(a + b, bits)
-    b = math.fmod(b + j, bits)
-  end
-  return out
-end
--- Whether every one of the k bits is set in a filter: GETBIT until a 0 (a filter is at most
--- half ones, so an absent fingerprint costs about two calls).
-local function bloom_has(filter, h1, h2)
-  for _, pos in ipairs(bloom_positions(filter, h1, h2)) do
-    local seg = math.floor(pos / SEG)
-    if redis.call('GETBIT', filter.key .. seg, pos - seg * SEG) == 0 then return false end
-  end
-  return true
-end
--- Sets the k bits in one BITFIELD call per segment; true when every bit was already 1.
-local function bloom_set(filter, h1, h2)
-  local by_seg = {}
-  for _, pos in ipairs(bloom_positions(filter, h1, h2)) do
-    local seg = math.floor(pos / SEG)
-    local args = by_seg[seg]
-    if not args then args = {}; by_seg[seg] = args end
-    args[#args + 1] = 'SET'
-    args[#args + 1] = 'u1'
-    args[#args + 1] = pos - seg * SEG
-    args[#args + 1] = 1
-  end
-  local all = true
-  for seg, args in pairs(by_seg) do
-    for _, bit in ipairs(redis.call('BITFIELD', filter.key .. seg, unpack(args))) do
-      if bit == 0 then all = false end
-    end
-  end
-  return all
-end
--- Writes the Bloom counters kept in the layout table back to the hash (once per script).
-local function bloom_flush()
-  if not layout or layout.added == 0 then return end
-  local last = layout.n - 1
-  redis.call('HINCRBY', BLOOM, 'count', layout.added)
-  redis.call('HSET', BLOOM, last .. ':count', layout.f[last].count)
-end
--- Returns true when fp (hex) was not seen before, and records it.
-local function seen_add(fp)
-  if forgotten_any and redis.call('SREM', FORGOTTEN, fp) == 1 then
-    if MODE == 'set' then redis.call('SADD', D, fp) elseif MODE == 'zset' then redis.call('ZADD', D, NOW, fp) end
-    return true
-  end
-  if MODE == 'set' then return redis.call('SADD', D, fp) == 1 end
-  if MODE == 'zset' then
-    local at = redis.call('ZSCORE', D, fp)
-    if at and tonumber(at) > NOW - AGE then return false end
-    redis.call('ZADD', D, NOW, fp)
-    return true
-  end
-  local t = bloom_layout()
-  local h1 = tonumber(string.sub(fp, 1, 13), 16)
-  local h2 = tonumber(string.sub(fp, 14, 26), 16)
-  for i = 0, t.n - 2 do
-    if bloom_has(t.f[i], h1, h2) then return false end
-  end
-  local last = t.f[t.n - 1]
-  if last.count >= last.cap then
-    -- Full: it becomes read-only, and the next filter is made when first needed.
-    if bloom_has(last, h1, h2) then return false end
-    redis.call('HSET', BLOOM, (t.n - 1) .. ':count', last.count)
-    bloom_grow(t)
-    last = t.f[t.n - 1]
-  end
-  if bloom_set(last, h1, h2) then return false end
-  last.count = last.count + 1
-  t.added = t.added + 1
-  return true
-end
-""".replace("@SEGMENT_BITS@", str(SEGMENT_BITS))
-
-_DEDUP = (
-    """
--- KEYS: dupefilter, forgotten, bloom hash.  ARGV: mode, now ms, age ms, cap0, err, fingerprints...
-local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[2], KEYS[3]
-local MODE, NOW, AGE, CAP0, ERR = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-"""
-    + LUA_SEEN
-    + """
-local out = {}
-for i = 6, #ARGV do out[#out + 1] = seen_add(ARGV[i]) and 1 or 0 end
-bloom_flush()
-return out
-"""
-)
-
-_FORGET = """
--- KEYS: dupefilter, forgotten.  ARGV: mode, fingerprints...  Returns how many were known.
-local n = 0
-for i = 2, #ARGV do
-  if ARGV[1] == 'set' then n = n + redis.call('SREM', KEYS[1], ARGV[i])
-  elseif ARGV[1] == 'zset' then n = n + redis.call('ZREM', KEYS[1], ARGV[i])
-  else n = n + redis.call('SADD', KEYS[2], ARGV[i]) end
-end
-return n
-"""
 
 
 class DupefilterMismatch(Exception):
@@ -237,7 +86,8 @@ class DedupConfig:
         return "zset" if self.recrawl_age else "set"
 
     def lua_args(self, now: int) -> list[Any]:
-        """The arguments of :data:`LUA_SEEN`'s globals, in order: mode, now, age, cap0, err."""
+        """The values of the dedup check's locals (``lua/dupefilter_seen.lua``), in order:
+        ``MODE`` (layout), ``NOW`` (Unix ms), ``AGE`` (ms), ``CAP0``, ``ERR``."""
         return [self.layout, now, int(self.recrawl_age * 1000), self.capacity, repr(self.error_rate)]
 
     @classmethod
@@ -265,7 +115,7 @@ class DedupConfig:
 
 def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:
     """``(bits, hashes)`` of a Bloom filter holding ``capacity`` items at ``error_rate``
-    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as the Lua script computes them."""
+    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as ``lua/dupefilter_seen.lua`` computes them."""
     k = math.ceil(-math.log(error_rate) / math.log(2))
     return math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2), k
 
@@ -341,13 +191,13 @@ class Dupefilter:
     def __init__(self, redis: Redis | AsyncRedis, keys: Keys, config: DedupConfig) -> None:
         self.keys = keys
         self.config = config
-        self._dedup = redis.register_script(_DEDUP)
-        self._forget = redis.register_script(_FORGET)
+        self._dedup = redis.register_script(source("dupefilter_add", SEGMENT_BITS=SEGMENT_BITS))
+        self._forget = redis.register_script(source("dupefilter_forget"))
 
     def add(self, fingerprints: Sequence[str], now: int) -> Any:
         """Check and record hex ``fingerprints``: a list of 1 (new) / 0 (seen), in order."""
         k = self.keys
-        return self._dedup(keys=[k.dupefilter, k.forgotten, k.bloom], args=[*self.config.lua_args(now), *fingerprints])
+        return self._dedup(keys=[k.dupefilter, k.forgotten, k.bloom], args=[*self.config.lua_args(now), k.bloom_bits_prefix, *fingerprints])
 
     def forget(self, fingerprints: Sequence[str]) -> Any:
         """Let these fingerprints through the dupefilter once more. Returns how many the exact

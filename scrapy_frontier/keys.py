@@ -30,6 +30,9 @@ ITEMS_KEY = "%(spider)s:items"
 CRAWLS_KEY = "scrapy-frontier:crawls"
 #: Cluster-wide totals (scrapy-redis's STATS_KEY): a hash of counters every worker adds its deltas to.
 STATS_KEY = "%(spider)s:stats"
+#: Field prefix, in a lease hash, of a raw start URL taken from the start URLs: the field is
+#: ``start:<raw payload>`` and its value a tab (no score, no host).
+START_LEASE_PREFIX = "start:"
 
 
 #: Characters a CRAWL_ID cannot have: key separators, glob characters (``scrapy status`` and
@@ -100,6 +103,12 @@ class Keys:
         return self.dupefilter + ":bloom"
 
     @property
+    def bloom_bits_prefix(self) -> str:
+        """Prefix of the Bloom filters' bit strings: ``<spider>:dupefilter:bloom:`` + ``<i>:<segment>``
+        (filter ``i``, segment of 4 MB)."""
+        return self.bloom + ":"
+
+    @property
     def forgotten(self) -> str:
         """Bloom mode: set of hex fingerprints to let through the dupefilter once more."""
         return self.dupefilter + ":forgotten"
@@ -133,9 +142,14 @@ class Keys:
         """Items that could not be written to MySQL yet, replayed when it is back."""
         return self.items + ":pending"
 
+    @property
+    def items_replaying_prefix(self) -> str:
+        """Prefix of the lists of pending items being replayed: ``<spider>:items:pending:`` + node."""
+        return self.items_pending + ":"
+
     def items_replaying(self, node_id: str) -> str:
         """Pending items a node is writing now; returned to the pending list if the node dies."""
-        return f"{self.items_pending}:{node_id}"
+        return self.items_replaying_prefix + node_id
 
     @property
     def item_cache_prefix(self) -> str:
@@ -148,15 +162,40 @@ class Keys:
         return f"{self.crawl}:nodes"
 
     @property
+    def node_info_prefix(self) -> str:
+        """Prefix of the nodes' info hashes: ``<spider>:nodes:`` + node (facts about the node,
+        with a TTL: ``host``, ``pid``, ``started`` (Unix s), ``pages``, ``items``, ``leases``,
+        ``beat`` (Unix ms), ``metrics`` (address of its metrics server))."""
+        return self.nodes + ":"
+
+    @property
     def lease_prefix(self) -> str:
-        """In-flight requests of a node: hash ``<spider>:leases:<node>`` of payload -> ``score\\thost``."""
+        """In-flight requests of a node: hash ``<spider>:leases:<node>`` of payload -> ``score\\thost``;
+        a raw start URL is the field :data:`START_LEASE_PREFIX` + payload, value a tab."""
         return f"{self.crawl}:leases:"
 
     @property
     def politeness_prefix(self) -> str:
-        """Per-host politeness state, ``<spider>:politeness:<host>``: a hash of ``next`` and
-        ``pause_until`` (Unix ms), ``factor`` (slow-down, 0-1), ``robots_delay`` (seconds),
-        ``inflight`` (leases held across the cluster)."""
+        """Per-host politeness state, ``<spider>:politeness:<host>``, a hash shared by every
+        worker (the rate rule that reads it: ``scrapy_frontier/lua/politeness_policy.lua``):
+
+        - ``next`` (Unix ms): lease-time due time, when the frontier may next hand out a request
+          of the host; the lease script sets it to now + ``1 / rate`` each time it leases one.
+        - ``next_send`` (Unix ms): send-time booking, when the next request to the host may be
+          sent; :meth:`Politeness.reserve <scrapy_frontier.politeness.Politeness.reserve>` moves it
+          on by ``1 / rate`` for each send. A field apart from ``next``: a request is leased
+          some time before it is sent, and one field booked by both would count every request
+          twice and halve the rate.
+        - ``pause_until`` (Unix ms): from a ``Retry-After``; nothing is leased or sent before.
+        - ``factor`` (0-1, absent = 1): slow-down factor the rate is multiplied by; a 429 or 503
+          halves it (down to ``POLITENESS_MIN_FACTOR``), each later success adds
+          ``POLITENESS_RECOVERY_STEP``.
+        - ``base_rate`` (requests/second): the rate (``POLITENESS_BASE_RATE``) a host with no
+          rate of its own got when it was first slowed down, kept while ``factor`` < 1.
+        - ``robots_delay`` (seconds): the host's robots.txt Crawl-delay; ``1 / robots_delay`` caps
+          the rate.
+        - ``inflight``: requests of the host leased across the cluster and not yet acknowledged,
+          held under ``DOMAIN_CONCURRENCY`` by the lease script."""
         return f"{self.crawl}:politeness:"
 
     @property
@@ -182,7 +221,7 @@ class Keys:
         return f"{self.crawl}:rates"
 
     def node_info(self, node_id: str) -> str:
-        return f"{self.nodes}:{node_id}"
+        return self.node_info_prefix + node_id
 
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id

@@ -5,7 +5,8 @@ reactor busy for seconds (a page with ten thousand links) never makes a live wor
 the heartbeat says "this process is alive", like an etcd lease kept alive by its client. Each
 beat refreshes ``<spider>:nodes`` (score = now, Unix ms) and the node's facts in
 ``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
-whose last beat is older than the node timeout, in one Lua script, atomically.
+whose last beat is older than the node timeout, in one Lua script, atomically
+(:func:`scrapy_frontier.frontier.reclaim_dead`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_frontier.connection import describe_error
-from scrapy_frontier.frontier import _RESTORE, now_ms
+from scrapy_frontier.frontier import now_ms, reclaim_dead
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -67,11 +68,10 @@ class Heartbeat:
         self.node_id = node_id
         self.interval = interval
         self.timeout = timeout
-        self._as_set = "1" if start_urls_as_set else "0"
+        self.start_urls_as_set = start_urls_as_set
         self._info = info
         self._on_dropped = on_dropped
         self._on_reclaimed = on_reclaimed
-        self._restore = client.register_script(_RESTORE)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._joined = False
@@ -94,14 +94,10 @@ class Heartbeat:
     def reclaim(self) -> tuple[int, int]:
         """Return the leases of every node silent for ``timeout`` seconds to the frontier and
         drop those nodes from the registry. Returns (leases, nodes)."""
-        k = self.keys
-        restored, nodes = self._restore(
-            keys=[k.slots, k.nodes, k.start_urls, k.items_pending],
-            args=[k.queue_prefix, k.lease_prefix, now_ms(), self._as_set, "dead", now_ms() - int(self.timeout * 1000), k.politeness_prefix],
-        )
+        restored, nodes = reclaim_dead(self.client, self.keys, now_ms() - int(self.timeout * 1000), start_urls_as_set=self.start_urls_as_set)
         if restored or nodes:
-            self._on_reclaimed(int(restored), int(nodes))
-        return int(restored), int(nodes)
+            self._on_reclaimed(restored, nodes)
+        return restored, nodes
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.node_id}", daemon=True)

@@ -1,11 +1,12 @@
 """Politeness shared by every worker of a crawl: per-host rates, slow-downs and pauses in Redis.
 
-Two checks use the same per-host state (``<spider>:politeness:<host>``, see
-:class:`scrapy_frontier.keys.Keys`):
+Two checks use the same per-host state (``<spider>:politeness:<host>``, every field described
+in :attr:`scrapy_frontier.keys.Keys.politeness_prefix`) and the same rate rule, one Lua file
+(``scrapy_frontier/lua/politeness_policy.lua``) included by both:
 
 - when requests are taken from the frontier (the lease script in
-  :mod:`scrapy_frontier.frontier`): a host that is not due gives nothing and is put back in
-  the index at the time it is due, so it never holds back other hosts;
+  :mod:`scrapy_frontier.frontier`, due time ``next``): a host that is not due gives nothing and
+  is put back in the index at the time it is due, so it never holds back other hosts;
 - just before a request is sent (:meth:`Politeness.reserve`, one Lua call): the request gets the
   host's next send time, ``max(now, next_send, pause_until)``, and moves ``next_send`` on by
   ``1 / rate`` seconds. Sends to a host are so spaced by at least ``1 / rate`` across the
@@ -14,7 +15,8 @@ Two checks use the same per-host state (``<spider>:politeness:<host>``, see
 A host's rate, in requests/second: its entry in ``<spider>:rates`` (live, ``HSET``), else
 ``DOMAIN_RATE_LIMIT``; its robots.txt ``Crawl-delay`` wins when stricter; multiplied by its
 ``factor``, which a 429 or 503 halves (down to ``POLITENESS_MIN_FACTOR``) and each later success
-raises by ``POLITENESS_RECOVERY_STEP`` back to 1. A ``Retry-After`` (RFC 9110, section 10.2.3)
+raises by ``POLITENESS_RECOVERY_STEP`` back to 1 (a host with no rate that is slowed down
+starts from ``POLITENESS_BASE_RATE``). A ``Retry-After`` (RFC 9110, section 10.2.3)
 pauses the host for every worker until the time given.
 """
 
@@ -24,6 +26,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from scrapy_frontier.frontier import now_ms
+from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,58 +39,6 @@ if TYPE_CHECKING:
 #: Crawl-delay), so the politeness middleware checks it before its next refresh.
 host_limited = object()
 
-_POLICY = """
-local function num(v) return tonumber(v or '') end
-local function policy(state_key, rates_key, host, default_rate)
-  local st = redis.call('HMGET', state_key, 'next_send', 'factor', 'pause_until', 'robots_delay', 'base_rate')
-  local rate = num(redis.call('HGET', rates_key, host)) or default_rate
-  local robots = num(st[4])
-  if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
-  local factor = num(st[2]) or 1
-  if rate <= 0 and factor < 1 then rate = num(st[5]) or 0 end
-  if rate > 0 then rate = rate * factor end
-  return rate, num(st[1]) or 0, num(st[3]) or 0, factor
-end
-"""
-
-_RESERVE = _POLICY + """
--- KEYS: host state, rates.  ARGV: host, now ms, default rate.  Returns ms to wait before sending.
-local now = tonumber(ARGV[2])
-local rate, next_send, pause = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
-local t = math.max(now, next_send, pause)
-if rate > 0 then redis.call('HSET', KEYS[1], 'next_send', t + math.ceil(1000 / rate)) end
-return t - now
-"""
-
-_SLOW_DOWN = _POLICY + """
--- KEYS: host state, rates, limited hosts set.  ARGV: host, now ms, default rate, min factor,
--- pause ms (0: none), base rate for a host that had no rate, events channel.
--- Returns the new factor (string).
-local now = tonumber(ARGV[2])
-local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]))
-factor = math.max(tonumber(ARGV[4]), factor / 2)
-redis.call('HSET', KEYS[1], 'factor', factor)
-if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[6]) end
-local wait = tonumber(ARGV[5])
-if wait > 0 and now + wait > pause then redis.call('HSET', KEYS[1], 'pause_until', now + wait) end
-redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('PUBLISH', ARGV[7], ARGV[1])
-return tostring(factor)
-"""
-
-_RECOVER = """
--- KEYS: host state, limited hosts set.  ARGV: step, host, now ms.  Returns the new factor (string).
-local factor = tonumber(redis.call('HGET', KEYS[1], 'factor') or '') or 1
-if factor < 1 then
-  factor = math.min(1, factor + tonumber(ARGV[1]))
-  redis.call('HSET', KEYS[1], 'factor', factor)
-end
-local pause = tonumber(redis.call('HGET', KEYS[1], 'pause_until') or '') or 0
-local robots = tonumber(redis.call('HGET', KEYS[1], 'robots_delay') or '') or 0
-if factor >= 1 and pause <= tonumber(ARGV[3]) and robots <= 0 then redis.call('SREM', KEYS[2], ARGV[2]) end
-return tostring(factor)
-"""
-
 
 class Politeness:
     """One crawl's shared politeness state, seen from one worker (needs only a redis.asyncio client)."""
@@ -99,9 +50,9 @@ class Politeness:
         self.min_factor = min_factor
         self.recovery_step = recovery_step
         self.base_rate = base_rate
-        self._reserve = redis.register_script(_RESERVE)
-        self._slow_down = redis.register_script(_SLOW_DOWN)
-        self._recover = redis.register_script(_RECOVER)
+        self._reserve = redis.register_script(source("politeness_reserve"))
+        self._slow_down = redis.register_script(source("politeness_slow_down"))
+        self._recover = redis.register_script(source("politeness_recover"))
 
     def _state(self, host: str) -> str:
         return self.keys.politeness_prefix + host

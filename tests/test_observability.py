@@ -237,7 +237,7 @@ def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
 
 
 def test_metrics_port_values():
-    from scrapy_frontier.observability.extension import parse_ports
+    from scrapy_frontier.observability.server import parse_ports
 
     assert parse_ports("9410-9412") == [9410, 9411, 9412]
     assert parse_ports(9410) == [9410] and parse_ports("0") == [0] and parse_ports(" 65535 ") == [65535]

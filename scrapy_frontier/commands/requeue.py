@@ -10,6 +10,7 @@ from scrapy.exceptions import UsageError
 
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.frontier import now_ms, slot_of
+from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import check_url
 
 if TYPE_CHECKING:
@@ -18,21 +19,6 @@ if TYPE_CHECKING:
     import redis
 
     from scrapy_frontier.keys import Keys
-
-_REQUEUE = """
--- KEYS: failed list, slots index.  ARGV: queue prefix, now ms, then (record, host, score, payload)...
--- A record is queued only if this call removed it from the list, so two concurrent requeues
--- never queue one request twice.
-local n = 0
-for i = 3, #ARGV, 4 do
-  if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    redis.call('ZADD', ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
-    redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[i + 1])
-    n = n + 1
-  end
-end
-return n
-"""
 
 #: Meta keys reset on requeue, so the request gets its full retries again, at once.
 _RESET_META = ("retry_times", "retry_not_before")
@@ -48,7 +34,7 @@ class Command(RedisCommand):
         parser.add_argument("--limit", type=int, default=0, help="at most this many (default 0: all)")
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
-        script = client.register_script(_REQUEUE)
+        script = client.register_script(source("requeue"))
         raws = client.lrange(keys.failed, 0, -1)
         args: list[Any] = [keys.queue_prefix, now_ms()]
         skipped = 0

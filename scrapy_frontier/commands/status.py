@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.redis_command import RedisCommand
-from scrapy_frontier.frontier import _STATUS, Status, status_call
+from scrapy_frontier.frontier import read_status
 
 if TYPE_CHECKING:
     import argparse
@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
     """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
     ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
-    script_keys, args = status_call(keys, deep=True, start_urls_as_set=start_urls_as_set)
-    values = client.register_script(_STATUS)(keys=script_keys, args=args)
-    status = Status(*(int(v) for v in values))
+    status = read_status(client, keys, deep=True, start_urls_as_set=start_urls_as_set)
     now = time.time()
     with client.pipeline(transaction=False) as pipe:
         nodes = client.zrange(keys.nodes, 0, -1, withscores=True)

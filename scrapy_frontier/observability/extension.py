@@ -1,17 +1,16 @@
-"""Metrics and cluster-wide totals of a worker.
+"""The observability extension of a worker: metrics, cluster-wide totals, JSON logs.
 
 :class:`Observability` (a Scrapy extension, enabled in ``crawler/settings.py``):
 
-- fills the Prometheus metrics of :mod:`scrapy_frontier.observability.metrics` (one registry per crawler) and serves
-  them over HTTP on ``METRICS_HOST``:``METRICS_PORT`` (prometheus-client's own server thread);
-  the address is logged and recorded in the node registry, field ``metrics`` of
-  ``<spider>:nodes:<node>``;
+- fills the Prometheus metrics of :mod:`scrapy_frontier.observability.metrics` (one registry per
+  crawler) and serves them over HTTP on ``METRICS_HOST``:``METRICS_PORT``
+  (:mod:`scrapy_frontier.observability.server`); the address is logged and recorded in the node
+  registry, field ``metrics`` of ``<spider>:nodes:<node>``;
 - in distributed mode, every ``METRICS_REFRESH_INTERVAL`` seconds, from the reactor (asyncio
-  client), with one pipeline sent together with the frontier's status script
-  (:meth:`Frontier.status <scrapy_frontier.frontier.Frontier.status>`, so the key logic stays
-  there): adds this worker's counter deltas to the cluster totals ``<spider>:stats``
-  (``HINCRBY``), reads the Redis gauges (frontier depth, this worker's leases, dead letters,
-  throttled hosts) and re-records the metrics address; once more (the deltas only) on close;
+  client), in one round trip (:mod:`scrapy_frontier.observability.totals`): adds this worker's
+  counter deltas to the cluster totals ``<spider>:stats``, reads the Redis gauges (frontier
+  depth, this worker's leases, dead letters, throttled hosts) and re-records the metrics
+  address; once more (the deltas only) on close;
 - switches the log to JSON when ``LOG_JSON`` is on and ``scrapy crawl`` has not done it already.
 
 The counters come from Scrapy's signals (``response_received``, ``item_dropped``, the storage
@@ -22,120 +21,31 @@ pipeline's ``items_stored``) and from Scrapy stats (``retry/reason_count/<reason
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import re
-import socket
 from typing import TYPE_CHECKING, Any
 
-import redis.exceptions
-from prometheus_client import start_http_server
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
-from scrapy_frontier.connection import ConfigError, async_redis, describe_error, node_id_of
-from scrapy_frontier.frontier import Frontier
+from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting
+from scrapy_frontier.connection import ConfigError, async_redis, node_id_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.observability.logjson import env_bool, env_setting, use_json_formatter
-from scrapy_frontier.observability.metrics import Metrics
+from scrapy_frontier.observability.metrics import Metrics, drop_reason
+from scrapy_frontier.observability.server import DEFAULT_PORTS, parse_ports, ports_text, server_address, start_server, stop_server
+from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
 from scrapy_frontier.pipelines.cache import items_stored
-from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from prometheus_client import CollectorRegistry
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORTS = "9410-9429"
-
-#: Cluster totals (fields of ``<spider>:stats``) and the Scrapy stat each one sums. Besides
-#: these: ``responses/<status>`` (``downloader/response_status_count/<status>``) and
-#: ``politeness_wait_ms`` (``politeness/wait_seconds``, in milliseconds).
-TOTALS = {
-    "pages": "response_received_count",
-    "items_scraped": "item_scraped_count",
-    "items_stored": "item_stored_count",
-    "items_dropped": "item_dropped_count",
-    "retries": "retry/count",
-}
-_STATUS_STAT = "downloader/response_status_count/"
 _RETRY_STAT = "retry/reason_count/"
-_WAIT_STAT = "politeness/wait_seconds"
-
-#: KEYS: node info hash. ARGV: field, value. Sets the field only while the node is registered
-#: (the heartbeat owns the hash and its TTL; a HSET after it expired would leave it forever).
-_SET_IF_EXISTS = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-return -1
-"""
-
-_REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
-
-
-def parse_ports(value: Any) -> list[int]:
-    """``METRICS_PORT``: a port (``9410``; ``0`` = any free port) or an inclusive range tried
-    in order (``"9410-9429"``). Returns the ports to try. Raises ValueError naming the setting."""
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d{1,5})(?:\s*-\s*(\d{1,5}))?", text)
-    if match:
-        first = int(match.group(1))
-        last = int(match.group(2)) if match.group(2) else first
-        if match.group(2) is None and first <= 65535:
-            return [first]
-        if 1 <= first <= last <= 65535:
-            return list(range(first, last + 1))
-    raise ValueError(f"Setting METRICS_PORT={value!r} is not a port (0-65535, 0 = any free port) or a range like {DEFAULT_PORTS}")
-
-
-def cluster_counts(stats: dict[str, Any]) -> dict[str, int]:
-    """This worker's contribution to the cluster totals, from its Scrapy stats: the fields of
-    :data:`TOTALS`, ``responses/<status>`` and ``politeness_wait_ms`` (integers)."""
-    counts = {field: int(stats.get(name, 0)) for field, name in TOTALS.items()}
-    for name, value in list(stats.items()):
-        if name.startswith(_STATUS_STAT):
-            counts["responses/" + name[len(_STATUS_STAT) :]] = int(value)
-    counts["politeness_wait_ms"] = int(float(stats.get(_WAIT_STAT, 0)) * 1000)
-    return counts
-
-
-def drop_reason(exception: BaseException) -> str:
-    """The ``reason`` label of a dropped item: the validation reason (``missing``, ``too_long``
-    ...), ``storage_refused``, or else the exception's class name."""
-    text = str(exception)
-    match = re.match(r"invalid field .*? \((\w+)\):", text)
-    if match:
-        return match.group(1)
-    if text.startswith("the database refused it"):
-        return "storage_refused"
-    return type(exception).__name__
-
-
-class PortsBusy(OSError):
-    """Every port of ``METRICS_PORT`` is taken."""
-
-
-def serve(host: str, ports: list[int], registry: CollectorRegistry) -> WSGIServer:
-    """Serve ``registry`` on the first free port of ``ports`` (blocking: call it off the reactor).
-    Raises :class:`PortsBusy` when all are taken, OSError when ``host`` cannot be bound."""
-    for port in ports:
-        try:
-            server, _ = start_http_server(port, host, registry)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                continue
-            raise
-        return server
-    raise PortsBusy(errno.EADDRINUSE, "every port is in use")
-
-
-def _stop_server(server: WSGIServer) -> None:
-    server.shutdown()
-    server.server_close()
 
 
 class Observability:
@@ -178,12 +88,11 @@ class Observability:
         #: ``host:port`` recorded in the node registry, once the server listens.
         self.address: str | None = None
         self.redis: Any = None
+        #: The totals and gauges in Redis (distributed mode, once the spider is open).
+        self.cluster: ClusterTotals | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._counted: dict[str, float] = {}
-        self._pushed: dict[str, int] = {}
-        self._failing = False
-        self._answered = False
         crawler.signals.connect(self.spider_opened, signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signals.spider_closed)
         crawler.signals.connect(self.response_received, signals.response_received)
@@ -219,7 +128,7 @@ class Observability:
         for name, value in list(self.stats.get_stats().items()):
             if name.startswith(_RETRY_STAT):
                 counter = self.metrics.retries.labels(spider=self.spider_name, reason=name[len(_RETRY_STAT) :][:120])
-            elif name == _WAIT_STAT:
+            elif name == WAIT_STAT:
                 counter = self.metrics.politeness_wait_seconds.labels(spider=self.spider_name)
             else:
                 continue
@@ -234,8 +143,7 @@ class Observability:
         if self.enabled:
             await self._serve()
         if self.crawler.settings.get("REDIS_URL"):
-            self.keys = Keys.for_spider(self.crawler.settings, spider.name)
-            self.node_id = node_id_of(self.crawler)
+            keys = Keys.for_spider(self.crawler.settings, spider.name)
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final
                 # totals are being written.
@@ -243,28 +151,22 @@ class Observability:
             except ConfigError:
                 self.redis = None  # the scheduler reports it and closes the crawl
             else:
-                self.frontier = Frontier(self.redis, self.keys, self.node_id, start_urls_as_set=self.start_urls_as_set)
+                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _serve(self) -> None:
+        ports = ports_text(self.ports)
         try:
-            try:
-                self.server = await asyncio.to_thread(serve, self.host, self.ports, self.metrics.registry)
-            except PortsBusy:
-                self.server = await asyncio.to_thread(serve, self.host, [0], self.metrics.registry)
-                which = f"METRICS_PORT {self._ports_text()}" if len(self.ports) == 1 else f"Every port of METRICS_PORT {self._ports_text()}"
-                logger.warning("%s is in use on %s; serving metrics on port %d instead (recorded in the node registry)", which, self.host, self.server.server_port)
+            self.server, moved = await asyncio.to_thread(start_server, self.host, self.ports, self.metrics.registry)
         except OSError as exc:
-            logger.error("Setting METRICS_HOST=%r, METRICS_PORT=%s: cannot serve metrics there (%s)", self.host, self._ports_text(), exc)
+            logger.error("Setting METRICS_HOST=%r, METRICS_PORT=%s: cannot serve metrics there (%s)", self.host, ports, exc)
             raise CloseSpider(CONFIG_ERROR) from None
-        port = self.server.server_port
-        shown = socket.gethostname() if self.host in ("0.0.0.0", "::") else self.host
-        self.address = f"[{shown}]:{port}" if ":" in shown else f"{shown}:{port}"
+        if moved:
+            which = f"METRICS_PORT {ports}" if len(self.ports) == 1 else f"Every port of METRICS_PORT {ports}"
+            logger.warning("%s is in use on %s; serving metrics on port %d instead (recorded in the node registry)", which, self.host, self.server.server_port)
+        self.address = server_address(self.host, self.server.server_port)
         self.stats.set_value("metrics/address", self.address)
         logger.info("Serving Prometheus metrics on http://%s/metrics", self.address)
-
-    def _ports_text(self) -> str:
-        return str(self.ports[0]) if len(self.ports) == 1 else f"{self.ports[0]}-{self.ports[-1]}"
 
     async def _run(self) -> None:
         # Refresh at once (the gauges and the registry's address), then every interval.
@@ -280,75 +182,42 @@ class Observability:
 
     async def spider_closed(self, spider: Spider) -> None:
         self._closing.set()
+        if self.cluster is not None:
+            self.cluster.quiet = True
         if self._task is not None:
             await self._task
         try:
             await self._refresh(final=True)
         finally:
             if self.redis is not None:
+                self.cluster = None
                 await self.redis.aclose()
                 self.redis = None
             if self.server is not None:
                 server, self.server = self.server, None
-                await asyncio.to_thread(_stop_server, server)
+                await asyncio.to_thread(stop_server, server)
 
     # -- Redis: totals and gauges -------------------------------------------------------------
 
     async def _refresh(self, *, final: bool = False) -> None:
         """Sync the stats-based counters; in distributed mode push the totals' deltas and read
-        the gauges (one pipeline, sent together with the frontier's status script; on close,
-        the deltas only). A Redis error is logged once and retried next time."""
+        the gauges (on close, the deltas only)."""
         self._sync_counters()
-        if self.redis is None:
+        if self.cluster is None:
             return
-        counts = cluster_counts(self.stats.get_stats())
-        deltas = {field: value - self._pushed.get(field, 0) for field, value in counts.items() if value != self._pushed.get(field, 0)}
-        if final and not deltas:
-            return
-        k = self.keys
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for field, delta in deltas.items():
-                pipe.hincrby(k.stats, field, delta)
-            if not final:
-                pipe.hlen(k.leases(self.node_id))
-                pipe.llen(k.start_urls_invalid)
-                pipe.llen(k.items_invalid)
-                pipe.scard(k.limited)
-                if self.address:
-                    # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
-                    pipe.eval(_SET_IF_EXISTS, 1, k.node_info(self.node_id), "metrics", self.address)
-            reads = [pipe.execute(raise_on_error=False)] + ([] if final else [self.frontier.status(deep=True)])
-            results, *status = await asyncio.gather(*reads, return_exceptions=True)
-        error = next((r for r in (results, *status) if isinstance(r, BaseException)), None)
-        if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS):
-            raise error
-        if not isinstance(results, BaseException):
-            for (field, _), result in zip(deltas.items(), results):
-                if not isinstance(result, Exception):
-                    self._pushed[field] = counts[field]
-        if error is not None:
-            if final:
-                logger.error("Could not add this worker's last counts to %s (%s)", k.stats, describe_error(error))
-            elif not self._failing and self._answered and not self._closing.is_set():
-                # (at start-up the scheduler reports an unusable Redis and closes the crawl)
-                logger.warning("Metrics: cannot reach Redis (%s); totals and gauges are updated when it answers", describe_error(error))
-            self._failing = True
-            return
-        self._answered = True
-        if self._failing:
-            self._failing = False
-            logger.info("Metrics: Redis answers again")
-        if final:
-            return
+        gauges = await self.cluster.refresh(self.stats.get_stats(), address=self.address, final=final)
+        if gauges is not None:
+            self._set_gauges(gauges)
+
+    def _set_gauges(self, gauges: Gauges) -> None:
         m, spider = self.metrics, self.spider_name
-        m.frontier_depth.labels(spider=spider).set(status[0].depth)
-        m.dead_letters.labels(spider=spider, kind="requests").set(status[0].failed)
-        leases, start_invalid, items_invalid, limited = results[len(deltas) : len(deltas) + 4]
         for gauge, value in (
-            (m.leases_inflight.labels(spider=spider), leases),
-            (m.throttled_hosts.labels(spider=spider), limited),
-            (m.dead_letters.labels(spider=spider, kind="start_urls"), start_invalid),
-            (m.dead_letters.labels(spider=spider, kind="items"), items_invalid),
+            (m.frontier_depth.labels(spider=spider), gauges.frontier_depth),
+            (m.dead_letters.labels(spider=spider, kind="requests"), gauges.failed_requests),
+            (m.leases_inflight.labels(spider=spider), gauges.leases),
+            (m.throttled_hosts.labels(spider=spider), gauges.throttled_hosts),
+            (m.dead_letters.labels(spider=spider, kind="start_urls"), gauges.start_urls_invalid),
+            (m.dead_letters.labels(spider=spider, kind="items"), gauges.items_invalid),
         ):
-            if not isinstance(value, Exception):
+            if value is not None:
                 gauge.set(value)

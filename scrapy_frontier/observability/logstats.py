@@ -3,7 +3,7 @@
 :class:`ClusterLogStats` replaces Scrapy's ``LogStats`` (EXTENSIONS in ``crawler/settings.py``).
 Every ``LOGSTATS_INTERVAL`` seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is
 set the same line goes on with the whole crawl's figures, read in one round trip from the
-cluster totals (``<spider>:stats``, written by :mod:`scrapy_frontier.observability.extension`) and the
+cluster totals (``<spider>:stats``, written by :mod:`scrapy_frontier.observability.totals`) and the
 frontier's status script, sent together::
 
     Crawled 120 pages (at 60 pages/min), scraped 118 items (at 59 items/min); cluster: 530 pages

@@ -3,11 +3,13 @@
 :data:`METRIC_NAMES` lists the exposed family names, the ones to use in PromQL and dashboards
 (a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics` builds them all in a registry of
 their own, one per crawler, so that two crawlers in one process never clash; the extension
-``scrapy_frontier.observability.extension.Observability`` fills them and serves them over HTTP.
+``scrapy_frontier.observability.extension.Observability`` fills them and serves them over HTTP
+(:mod:`scrapy_frontier.observability.server`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -45,9 +47,6 @@ METRICS: tuple[MetricSpec, ...] = (
 #: The exposed metric family names (what deploy/ checks and the Grafana dashboard query).
 METRIC_NAMES: tuple[str, ...] = tuple(spec.name for spec in METRICS)
 
-#: The ``kind`` label values of ``crawler_dead_letters``.
-DEAD_LETTER_KINDS = ("requests", "start_urls", "items")
-
 
 class Metrics:
     """All of :data:`METRICS` in a fresh :class:`~prometheus_client.CollectorRegistry`.
@@ -80,6 +79,23 @@ class Metrics:
     dead_letters: Gauge
     throttled_hosts: Gauge
     politeness_wait_seconds: Counter
+
+
+def drop_reason(exception: BaseException) -> str:
+    """The ``reason`` label of ``crawler_items_dropped_total`` for an item dropped with
+    ``exception``: its ``reason`` attribute when that is a string (a short stat word, such as
+    ``missing`` or ``too_long`` from validation); else, from the message of a ``DropItem`` that
+    carries none, the validation reason or ``storage_refused``; else the exception's class name."""
+    reason = getattr(exception, "reason", None)
+    if isinstance(reason, str):
+        return reason
+    text = str(exception)
+    match = re.match(r"invalid field .*? \((\w+)\):", text)
+    if match:
+        return match.group(1)
+    if text.startswith("the database refused it"):
+        return "storage_refused"
+    return type(exception).__name__
 
 
 def attribute_name(metric_name: str) -> str:

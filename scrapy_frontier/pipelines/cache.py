@@ -14,6 +14,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.schema import item_values, schema_of
+from scrapy_frontier.scripts import source
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.storage import storage_target
 
@@ -35,29 +36,9 @@ BATCH_MAX = 200
 #: e.g. of one response or of responses parsed together, share one script call).
 BATCH_WINDOW = 0.02
 
-_PUT = """
--- KEYS: items list, then one cache key per item.
--- ARGV: ttl seconds, push to list (1/0), then content hash and item json of each item in turn.
--- Returns, per item, the content hash last confirmed as stored in the database (stored_hash).
-local ttl = tonumber(ARGV[1])
-local push = ARGV[2] == '1'
-local out = {}
-for i = 2, #KEYS do
-  local key = KEYS[i]
-  local hash, item = ARGV[2 * i - 1], ARGV[2 * i]
-  out[i - 1] = redis.call('HGET', key, 'stored_hash')
-  redis.call('HSET', key, 'content_hash', hash, 'item', item)
-  if ttl > 0 then redis.call('EXPIRE', key, ttl) end
-  if push then redis.call('RPUSH', KEYS[1], item) end
-end
-return out
-"""
-
-_MARK_STORED = """
--- KEYS: cache keys.  ARGV: the stored hash (<store id>:<content hash>) of each.
-for i = 1, #KEYS do redis.call('HSET', KEYS[i], 'stored_hash', ARGV[i]) end
-return #KEYS
-"""
+#: Lua scripts, ``scrapy_frontier/lua/cache_*.lua`` (KEYS and ARGV at the top of each file).
+_PUT = source("cache_put")
+_MARK_STORED = source("cache_mark_stored")
 
 
 def cache_key(prefix: str, unique_value: Any) -> str:

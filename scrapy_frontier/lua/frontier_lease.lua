@@ -1,0 +1,63 @@
+-- frontier_lease: take up to n requests from the hosts that are due, moving them under this
+-- node's lease. Walks the due hosts, an equal share from each; a host with fewer requests than
+-- its share leaves the rest to the hosts after it, and a second round fills what is still missing.
+-- Politeness, shared by every worker (the rate rule: politeness_policy): a host with a rate
+-- gives one request per 1/rate seconds (the host's 'next' time), a paused host (Retry-After)
+-- nothing before 'pause_until', a host at its concurrency cap nothing until a lease of it ends.
+-- Such a host is re-scored to the time it is due, so it never holds back the others.
+-- KEYS[1] slots index (<spider>:requests), KEYS[2] this node's lease hash, KEYS[3] rates hash
+-- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] now (Unix ms), ARGV[3] n,
+-- ARGV[4] default rate (requests/second, 0 = none), ARGV[5] concurrency cap per host (0 = none),
+-- ARGV[6] politeness prefix (+ host = the host's politeness hash)
+-- Returns: first, when the earliest queued host is due (Unix ms, -1 if none), so an idle worker
+-- can sleep until then instead of polling; then the leased payloads.
+--! include politeness_policy
+local prefix, now, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local default_rate, cap, pprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
+local out = {}
+local left = hosts
+while want > 0 and #left > 0 do
+  local next_round = {}
+  for idx, host in ipairs(left) do
+    local take = math.ceil(want / (#left - idx + 1))
+    local rate, next_lease, pause, _, inflight = policy(pprefix .. host, KEYS[3], host, default_rate, 'next')
+    local due = math.max(next_lease, pause)
+    if due > now then
+      redis.call('ZADD', KEYS[1], due, host)
+      take = 0
+    elseif cap > 0 and inflight >= cap then
+      redis.call('ZADD', KEYS[1], now + 200, host)
+      take = 0
+    end
+    if take > 0 then
+      if rate > 0 then take = 1 end
+      if cap > 0 then take = math.min(take, cap - inflight) end
+      local q = prefix .. host
+      local got = redis.call('ZPOPMIN', q, take)
+      for j = 1, #got, 2 do
+        redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\t' .. host)
+        out[#out + 1] = got[j]
+      end
+      want = want - #got / 2
+      redis.call('HINCRBY', pprefix .. host, 'inflight', #got / 2)
+      local ready = now
+      if rate > 0 then
+        ready = now + math.ceil(1000 / rate)
+        redis.call('HSET', pprefix .. host, 'next', ready)
+      end
+      if redis.call('EXISTS', q) == 0 then
+        redis.call('ZREM', KEYS[1], host)
+      else
+        redis.call('ZADD', KEYS[1], ready, host)
+        if ready <= now and (cap <= 0 or inflight + #got / 2 < cap) then next_round[#next_round + 1] = host end
+      end
+    end
+    if want <= 0 then break end
+  end
+  if #next_round == #left and want > 0 and #out == 0 then break end
+  left = next_round
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+table.insert(out, 1, first[2] or '-1')
+return out

@@ -1,0 +1,25 @@
+-- politeness_policy: not a script of its own, the one rate rule of a host, included
+-- (--! include politeness_policy) by frontier_lease (lease time) and by politeness_reserve and
+-- politeness_slow_down (send time). Fields of the per-host politeness hash: the docstring of
+-- scrapy_frontier.keys.Keys.politeness_prefix.
+--
+-- A host's rate (requests/second, 0 = none): its entry in the rates hash (<spider>:rates), else
+-- the default rate (DOMAIN_RATE_LIMIT); its robots.txt Crawl-delay wins when stricter; with no
+-- rate at all but slowed down (factor < 1), the base_rate recorded when it was first slowed
+-- down; multiplied by its slow-down factor.
+--
+-- Defines: num(v) -> the number in v, or nil (v a Redis reply, possibly false);
+-- policy(state_key, rates_key, host, default_rate, due_field) -> rate (requests/second, 0 =
+-- none), the value of due_field (Unix ms, 0 if unset: 'next' at lease time, 'next_send' at
+-- send time), pause_until (Unix ms, 0 if unset), factor (0-1), inflight (leases held).
+local function num(v) return tonumber(v or '') end
+local function policy(state_key, rates_key, host, default_rate, due_field)
+  local st = redis.call('HMGET', state_key, due_field, 'factor', 'pause_until', 'robots_delay', 'base_rate', 'inflight')
+  local rate = num(redis.call('HGET', rates_key, host)) or default_rate
+  local robots = num(st[4])
+  if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
+  local factor = num(st[2]) or 1
+  if rate <= 0 and factor < 1 then rate = num(st[5]) or 0 end
+  if rate > 0 then rate = rate * factor end
+  return rate, num(st[1]) or 0, num(st[3]) or 0, factor, num(st[6]) or 0
+end

@@ -1,0 +1,141 @@
+"""The cluster-wide totals and the Redis gauges of a worker, in one round trip.
+
+Every worker adds what its counters grew by since its last refresh to ``<spider>:stats``
+(``HINCRBY``; scrapy-redis's ``STATS_KEY``), so that hash holds the whole crawl's totals, which
+``scrapy status`` and the cluster's progress line show. In the same pipeline, sent together with
+the frontier's status script (:meth:`Frontier.status <scrapy_frontier.frontier.Frontier.status>`,
+so the key logic stays there), it reads the gauges of the crawl (frontier depth, this worker's
+leases, dead letters, throttled hosts) and re-records the worker's metrics address in its node
+info hash (``lua/hash_set_if_exists.lua``: only while the heartbeat keeps the hash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from scrapy_frontier.connection import describe_error
+from scrapy_frontier.frontier import Frontier
+from scrapy_frontier.scripts import source
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from scrapy_frontier.keys import Keys
+
+logger = logging.getLogger(__name__)
+
+#: Cluster totals (fields of ``<spider>:stats``) and the Scrapy stat each one sums. Besides
+#: these: ``responses/<status>`` (``downloader/response_status_count/<status>``) and
+#: ``politeness_wait_ms`` (``politeness/wait_seconds``, in milliseconds).
+TOTALS = {
+    "pages": "response_received_count",
+    "items_scraped": "item_scraped_count",
+    "items_stored": "item_stored_count",
+    "items_dropped": "item_dropped_count",
+    "retries": "retry/count",
+}
+#: Scrapy stat prefix of the responses by HTTP status.
+STATUS_STAT = "downloader/response_status_count/"
+#: Scrapy stat of the seconds requests waited for their host's shared send time.
+WAIT_STAT = "politeness/wait_seconds"
+
+_REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
+
+
+def cluster_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """This worker's contribution to the cluster totals, from its Scrapy stats: the fields of
+    :data:`TOTALS`, ``responses/<status>`` and ``politeness_wait_ms`` (integers)."""
+    counts = {field: int(stats.get(name, 0)) for field, name in TOTALS.items()}
+    for name, value in list(stats.items()):
+        if name.startswith(STATUS_STAT):
+            counts["responses/" + name[len(STATUS_STAT) :]] = int(value)
+    counts["politeness_wait_ms"] = int(float(stats.get(WAIT_STAT, 0)) * 1000)
+    return counts
+
+
+@dataclass(frozen=True)
+class Gauges:
+    """The crawl's gauges read from Redis; None where that one read failed."""
+
+    #: Requests queued in the frontier, cluster-wide.
+    frontier_depth: int
+    #: Dead letters: requests that failed for good (``<spider>:requests:failed``).
+    failed_requests: int
+    #: Requests this worker has leased and not acknowledged.
+    leases: int | None
+    #: Dead letters: refused start URLs, invalid items.
+    start_urls_invalid: int | None
+    items_invalid: int | None
+    #: Hosts slowed down, paused or with a Crawl-delay (``<spider>:politeness:@limited``).
+    throttled_hosts: int | None
+
+
+class ClusterTotals:
+    """Push one worker's counts to the cluster totals and read the gauges (needs only a
+    redis.asyncio client). A Redis error is logged once, then again when Redis answers; the
+    deltas not added are added by the next refresh."""
+
+    def __init__(self, client: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False) -> None:
+        self.redis = client
+        self.keys = keys
+        self.node_id = node_id
+        self.frontier = Frontier(client, keys, node_id, start_urls_as_set=start_urls_as_set)
+        #: The counts last added to the totals, by field.
+        self._pushed: dict[str, int] = {}
+        self._failing = False
+        self._answered = False
+        #: Set when the crawl closes: a failed refresh is no longer reported (a failed final one is).
+        self.quiet = False
+        self._set_if_exists = source("hash_set_if_exists")
+
+    async def refresh(self, stats: dict[str, Any], *, address: str | None = None, final: bool = False) -> Gauges | None:
+        """Add what :func:`cluster_counts` of ``stats`` grew by since the last call to
+        ``<spider>:stats``; unless ``final``, also read the gauges and record ``address`` (the
+        metrics server's ``host:port``) as field ``metrics`` of this node's info hash. Returns the
+        gauges, or None (``final``, or Redis unreachable). Errors other than Redis's are raised."""
+        counts = cluster_counts(stats)
+        deltas = {field: value - self._pushed.get(field, 0) for field, value in counts.items() if value != self._pushed.get(field, 0)}
+        if final and not deltas:
+            return None
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for field, delta in deltas.items():
+                pipe.hincrby(k.stats, field, delta)
+            if not final:
+                pipe.hlen(k.leases(self.node_id))
+                pipe.llen(k.start_urls_invalid)
+                pipe.llen(k.items_invalid)
+                pipe.scard(k.limited)
+                if address:
+                    # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
+                    pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)
+            reads = [pipe.execute(raise_on_error=False)] + ([] if final else [self.frontier.status(deep=True)])
+            results, *status = await asyncio.gather(*reads, return_exceptions=True)
+        error = next((r for r in (results, *status) if isinstance(r, BaseException)), None)
+        if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS):
+            raise error
+        if not isinstance(results, BaseException):
+            for (field, _), result in zip(deltas.items(), results):
+                if not isinstance(result, Exception):
+                    self._pushed[field] = counts[field]
+        if error is not None:
+            if final:
+                logger.error("Could not add this worker's last counts to %s (%s)", k.stats, describe_error(error))
+            elif not self._failing and self._answered and not self.quiet:
+                # (at start-up the scheduler reports an unusable Redis and closes the crawl)
+                logger.warning("Metrics: cannot reach Redis (%s); totals and gauges are updated when it answers", describe_error(error))
+            self._failing = True
+            return None
+        self._answered = True
+        if self._failing:
+            self._failing = False
+            logger.info("Metrics: Redis answers again")
+        if final:
+            return None
+        leases, start_invalid, items_invalid, limited = (None if isinstance(v, Exception) else v for v in results[len(deltas) : len(deltas) + 4])
+        return Gauges(status[0].depth, status[0].failed, leases, start_invalid, items_invalid, limited)
