@@ -49,23 +49,44 @@ def setting_or_env(settings: BaseSettings, name: str) -> Any:
     return settings.get(name, SETTINGS.get(name))
 
 
-def read_setting(crawler: Crawler, name: str, kind: type, default: Any = None, *, minimum: float | None = None, above: float | None = None) -> Any:
-    """Read a numeric or boolean setting of ``crawler``; its default comes from
-    :data:`scrapy_frontier.defaults.SETTINGS` unless ``default`` is given. A value that does not
-    parse or is out of range is reported once with :func:`fail_at_open` (the crawl then stops
-    with ``config_error``) and the default is used meanwhile. ``minimum`` is inclusive, ``above``
-    exclusive. Raises ``KeyError`` for a name that has no default anywhere (a programming error)."""
-    if default is None:
-        default = SETTINGS[name]
-    getter = {int: crawler.settings.getint, float: crawler.settings.getfloat, bool: crawler.settings.getbool}[kind]
-    raw = crawler.settings.get(name, default)
+def read_value(settings: BaseSettings, name: str, kind: type, *, minimum: float | None = None, above: float | None = None) -> Any:
+    """Setting ``name`` as ``kind`` (``bool``, ``int``, ``float`` or ``str``), read as Scrapy's
+    typed getters read it (``getbool`` takes ``True``/``False``, ``1``/``0``, ``"true"``/``"false"``);
+    from the environment too for the names in :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`;
+    its default from :data:`~scrapy_frontier.defaults.SETTINGS` when unset or empty. ``minimum`` is
+    inclusive, ``above`` exclusive. Raises ``ValueError`` with a message that names the setting."""
+    raw = setting_or_env(settings, name) if name in FROM_ENVIRONMENT else settings.get(name)
+    if raw is None or raw == "":
+        raw = SETTINGS[name]
+    if kind is str:
+        return str(raw).strip()
+    from scrapy.settings import BaseSettings as Plain
+
+    getter = {int: Plain.getint, float: Plain.getfloat, bool: Plain.getbool}[kind]
     try:
-        value = getter(name, default)
-    except (TypeError, ValueError):
-        fail_at_open(crawler, "Setting %s=%r is not a valid %s", name, raw, kind.__name__)
-        return default
+        value = getter(Plain({name: raw}), name)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}") from None
+    if kind is not bool and value != value:  # NaN passes every comparison below
+        raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}")
     if (minimum is not None and value < minimum) or (above is not None and value <= above):
         bound = f">= {minimum}" if minimum is not None else f"> {above}"
-        fail_at_open(crawler, "Setting %s=%r is out of range: it must be %s", name, raw, bound)
-        return default
+        raise ValueError(f"Setting {name}={raw!r} is out of range: it must be {bound}")
     return value
+
+
+def read_setting(crawler: Crawler, name: str, kind: type, default: Any = None, *, minimum: float | None = None, above: float | None = None) -> Any:
+    """:func:`read_value` for a component of ``crawler``: a value that does not parse or is out of
+    range is reported once with :func:`fail_at_open` (the crawl then stops with
+    ``config_error``) and the default is used meanwhile. ``default`` overrides the one in
+    :data:`~scrapy_frontier.defaults.SETTINGS`. Raises ``KeyError`` for a name that has no
+    default anywhere (a programming error)."""
+    if default is None:
+        default = SETTINGS[name]
+    if crawler.settings.get(name) is None and name not in FROM_ENVIRONMENT:
+        return default
+    try:
+        return read_value(crawler.settings, name, kind, minimum=minimum, above=above)
+    except ValueError as exc:
+        fail_at_open(crawler, "%s", exc)
+        return default

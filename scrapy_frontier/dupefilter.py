@@ -93,24 +93,28 @@ class DedupConfig:
     @classmethod
     def from_settings(cls, settings: Any) -> DedupConfig:
         """Read ``DUPEFILTER_MODE``, ``DUPEFILTER_RECRAWL_AGE``, ``DUPEFILTER_BLOOM_CAPACITY``,
-        ``DUPEFILTER_BLOOM_ERROR_RATE``. Raises ValueError naming the setting that is wrong."""
-        values: dict[str, Any] = {}
-        for attr, name, kind in (
-            ("mode", "DUPEFILTER_MODE", str),
-            ("recrawl_age", "DUPEFILTER_RECRAWL_AGE", float),
-            ("capacity", "DUPEFILTER_BLOOM_CAPACITY", int),
-            ("error_rate", "DUPEFILTER_BLOOM_ERROR_RATE", float),
-        ):
-            raw = settings.get(name)
-            if raw is None or raw == "":
-                continue
-            try:
-                values[attr] = kind(float(raw)) if kind is int else kind(raw)
-            except (TypeError, ValueError, OverflowError):
-                raise ValueError(f"{name}={raw!r} is not a valid {kind.__name__}") from None
-        if "mode" in values:
-            values["mode"] = values["mode"].strip().lower()
-        return cls(**values)
+        ``DUPEFILTER_BLOOM_ERROR_RATE`` (:func:`scrapy_frontier.config.read_value`). Raises
+        ValueError naming the setting that is wrong."""
+        from scrapy_frontier.config import read_value
+
+        capacity = read_value(settings, "DUPEFILTER_BLOOM_CAPACITY", float)
+        if not 1 <= capacity <= 2**40:
+            raise ValueError(f"DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r}: must be between 1 and 2**40")
+        return cls(
+            mode=read_value(settings, "DUPEFILTER_MODE", str).lower(),
+            recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE", float),
+            capacity=int(capacity),
+            error_rate=read_value(settings, "DUPEFILTER_BLOOM_ERROR_RATE", float),
+        )
+
+    @classmethod
+    def for_layout(cls, layout: str) -> DedupConfig:
+        """A config that reads and writes a dupefilter found in Redis with ``layout`` (``set``,
+        ``zset`` or ``bloom``, as :func:`stored_layout` gives it): for commands that act on an
+        existing crawl's dupefilter. A ``zset``'s recrawl age does not matter to them."""
+        if layout == "bloom":
+            return cls(mode="bloom")
+        return cls(mode="exact", recrawl_age=1.0 if layout == "zset" else 0.0)
 
 
 def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:

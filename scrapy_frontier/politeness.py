@@ -35,9 +35,6 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.keys import Keys
 
-#: Signal sent with ``host=`` when this worker learns a host needs a send-time check (a robots.txt
-#: Crawl-delay), so the politeness middleware checks it before its next refresh.
-host_limited = object()
 
 
 class Politeness:

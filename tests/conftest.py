@@ -9,11 +9,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time

@@ -68,7 +68,7 @@ class Command(RedisCommand):
         layout = stored_layout(client, keys)
         if layout is None:
             return self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
-        config = DedupConfig(mode="bloom" if layout == "bloom" else "exact", recrawl_age=1.0 if layout == "zset" else 0.0)
+        config = DedupConfig.for_layout(layout)
         stored = {k.decode(): v.decode() for k, v in client.hgetall(keys.dupefilter_meta).items()}
         wanted = meta_for(config, fingerprinter)
         try:

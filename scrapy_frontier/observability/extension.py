@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
-from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting
-from scrapy_frontier.connection import ConfigError, async_redis, node_id_of
+from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting, read_value
+from scrapy_frontier.connection import ConfigError, async_redis
+from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.keys import Keys
-from scrapy_frontier.observability.logjson import env_bool, env_setting, use_json_formatter
+from scrapy_frontier.observability.logjson import use_json_formatter
 from scrapy_frontier.observability.metrics import Metrics, drop_reason
-from scrapy_frontier.observability.server import DEFAULT_PORTS, parse_ports, ports_text, server_address, start_server, stop_server
+from scrapy_frontier.observability.server import parse_ports, ports_text, server_address, start_server, stop_server
 from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
 from scrapy_frontier.pipelines.cache import items_stored
 
@@ -59,25 +60,25 @@ class Observability:
         settings = crawler.settings
         self.spider_name = crawler.spidercls.name
         try:
-            if env_bool(settings, "LOG_JSON", False) and settings.getbool("LOG_ENABLED"):
+            if read_value(settings, "LOG_JSON", bool) and settings.getbool("LOG_ENABLED"):
                 use_json_formatter(crawler)
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
         try:
-            self.enabled = env_bool(settings, "METRICS_ENABLED", True)
+            self.enabled = read_value(settings, "METRICS_ENABLED", bool)
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
             self.enabled = False
-        self.host = str(env_setting(settings, "METRICS_HOST", "127.0.0.1")).strip()
+        self.host = read_value(settings, "METRICS_HOST", str)
         try:
-            self.ports = parse_ports(env_setting(settings, "METRICS_PORT", DEFAULT_PORTS))
+            self.ports = parse_ports(read_value(settings, "METRICS_PORT", str))
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
             self.enabled = False
         if not self.host:
             fail_at_open(crawler, "Setting METRICS_HOST is empty (use 127.0.0.1, or 0.0.0.0 for every interface)")
             self.enabled = False
-        self.interval = read_setting(crawler, "METRICS_REFRESH_INTERVAL", float, 5.0, above=0)
+        self.interval = read_setting(crawler, "METRICS_REFRESH_INTERVAL", float, above=0)
         self.start_urls_as_set = settings.getbool("REDIS_START_URLS_AS_SET")
         self.metrics = Metrics()
         # the labelled children updated per response, looked up once

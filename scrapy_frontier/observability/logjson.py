@@ -4,7 +4,7 @@ Built on python-json-logger (:class:`pythonjsonlogger.json.JsonFormatter`). Each
 
 - ``time`` (ISO 8601, UTC, milliseconds), ``level``, ``logger``, ``message``;
 - ``spider`` (the spider's name) and ``node`` (the node id of
-  :func:`scrapy_frontier.connection.node_id_of`, set in embedded mode too);
+  :func:`scrapy_frontier.nodes.node_id_of`, set in embedded mode too);
 - ``url`` when the record concerns a request or response (Scrapy's "Crawled", "Scraped from",
   "Error downloading", "Spider error processing" lines) and ``item`` when it concerns an item
   (the label of :func:`scrapy_frontier.observability.logformatter.item_label`, ``Page(url='...')``);
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from pythonjsonlogger.json import JsonFormatter
 from scrapy.settings import BaseSettings
 from scrapy.utils.log import TopLevelFormatter, get_scrapy_root_handler
+
+from scrapy_frontier.config import read_value
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -47,25 +48,6 @@ class LogContext:
 
     spider: str | None = None
     node: str | None = None
-
-
-def env_setting(settings: BaseSettings, name: str, default: Any = None) -> Any:
-    """The value of setting ``name``; when it is not set (``None``), the environment variable of
-    the same name; else ``default``."""
-    value = settings.get(name)
-    if value is None:
-        value = os.environ.get(name)
-    return default if value is None else value
-
-
-def env_bool(settings: BaseSettings, name: str, default: bool) -> bool:
-    """:func:`env_setting` read as a boolean (``1/0``, ``true/false``, ``True/False``).
-    Raises ValueError naming the setting for anything else."""
-    raw = env_setting(settings, name, default)
-    try:
-        return BaseSettings({name: raw}).getbool(name)
-    except ValueError:
-        raise ValueError(f"Setting {name}={raw!r} is not a boolean (use 1/0 or True/False)") from None
 
 
 def _url_of(value: Any) -> str | None:
@@ -144,7 +126,7 @@ def install_early(settings: BaseSettings, spider: str | None) -> bool:
     stderr, at ``LOG_LEVEL``) and set ``LOG_INSTALL_ROOT_HANDLER`` off so Scrapy does not add
     its plain one. Returns whether it did. Raises ValueError for a bad ``LOG_JSON``."""
     global _early
-    if not env_bool(settings, "LOG_JSON", False) or not settings.getbool("LOG_ENABLED"):
+    if not read_value(settings, "LOG_JSON", bool) or not settings.getbool("LOG_ENABLED"):
         return False
     stream: TextIO = sys.stderr
     filename = settings.get("LOG_FILE")
@@ -170,7 +152,7 @@ def set_crawler(crawler: Crawler) -> None:
     ``LOG_LEVEL`` (a spider's ``custom_settings`` may change it) and write the held records."""
     if _early is None:
         return
-    from scrapy_frontier.connection import node_id_of
+    from scrapy_frontier.nodes import node_id_of
 
     _early.context.spider = crawler.spidercls.name
     _early.context.node = node_id_of(crawler)
@@ -181,7 +163,7 @@ def set_crawler(crawler: Crawler) -> None:
 def use_json_formatter(crawler: Crawler) -> None:
     """Make the log JSON from now on when ``scrapy crawl`` has not already: give Scrapy's root
     handler a :class:`JsonLogFormatter` for this crawler."""
-    from scrapy_frontier.connection import node_id_of
+    from scrapy_frontier.nodes import node_id_of
 
     if _early is not None and _early in logging.root.handlers:
         return

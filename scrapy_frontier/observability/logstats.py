@@ -1,7 +1,7 @@
 """The progress line, with the cluster's figures in distributed mode.
 
-:class:`ClusterLogStats` replaces Scrapy's ``LogStats`` (EXTENSIONS in ``crawler/settings.py``).
-Every ``LOGSTATS_INTERVAL`` seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is
+:class:`ClusterLogStats` takes the place of Scrapy's ``LogStats`` (the add-on puts it there;
+``CLUSTER_LOGSTATS_ENABLED=False`` keeps only this worker's figures). Every ``LOGSTATS_INTERVAL`` seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is
 set the same line goes on with the whole crawl's figures, read in one round trip from the
 cluster totals (``<spider>:stats``, written by :mod:`scrapy_frontier.observability.totals`) and the
 frontier's status script, sent together::
@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from scrapy.extensions.logstats import LogStats
 
-from scrapy_frontier.connection import describe_error, node_id_of, optional_shared_redis
+from scrapy_frontier.config import read_setting
+from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.frontier import Frontier, Status
 from scrapy_frontier.keys import Keys
 
@@ -53,10 +55,11 @@ class ClusterLogStats(LogStats):
         o._tasks = set()
         o._cluster_prev = None
         o._frontier = None
+        o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED", bool)
         return o
 
     def log(self, spider: Spider) -> None:
-        client = optional_shared_redis(self.crawler)
+        client = optional_shared_redis(self.crawler) if self.cluster else None
         if client is None:
             super().log(spider)
             return
@@ -69,7 +72,7 @@ class ClusterLogStats(LogStats):
     async def _log_cluster(self, client: Any, spider: Spider, local: dict[str, Any]) -> None:
         if self._frontier is None or self._frontier.redis is not client:
             settings = self.crawler.settings
-            keys = Keys.for_spider(settings, spider.name)
+            keys = Keys.for_spider(settings, spider.name, type(spider))
             self._frontier = Frontier(client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
         try:
             status, pages, stored = await read_cluster(self._frontier)
