@@ -106,6 +106,9 @@ def expected_pages(docs_site) -> set[str]:
 
 
 def _clean_redis(client: redis.Redis) -> None:
+    crawls = [m for m in client.smembers("scrapy-frontier:crawls") if m.decode().split("@")[0] in SPIDERS]
+    if crawls:
+        client.srem("scrapy-frontier:crawls", *crawls)
     for spider in SPIDERS:
         keys = list(client.scan_iter(match=f"{spider}:*", count=1000)) + list(client.scan_iter(match=f"{spider}@*", count=1000))
         for i in range(0, len(keys), 500):

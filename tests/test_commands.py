@@ -99,3 +99,7 @@ def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, re
     assert after["dupefilter_size"] == redis_client.scard("site:dupefilter") >= mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 526
     text = run(["status", "site"], {"REDIS_URL": redis_url}).stdout
     assert text.startswith("crawl 'site': idle")
+    listing = json.loads(run(["status", "--json"], {"REDIS_URL": redis_url}).stdout)["crawls"]
+    site = [c for c in listing if c["crawl"] == "site"]
+    assert site == [{"crawl": "site", "spider": "site", "crawl_id": None, "idle": True, "hosts": 0, "start_urls_waiting": 0, "in_flight": 0, "workers": 0, "seen": after["dupefilter_size"], "requests_failed": 0}]
+    assert "site: idle, 0 workers" in run(["status"], {"REDIS_URL": redis_url}).stdout

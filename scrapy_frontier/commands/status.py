@@ -1,19 +1,29 @@
-"""``scrapy status <spider>``: the state of a distributed crawl, read from Redis."""
+"""``scrapy status [<spider>]``: the state of a distributed crawl, read from Redis; without a
+spider, every crawl recorded in this Redis database (``scrapy-frontier:crawls``), one line each."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.redis_command import RedisCommand
+import redis as redis_module
+from scrapy.settings import Settings
+
+from scrapy_frontier.connection import (
+    ConfigError,
+    describe_error,
+    redact_url,
+    sync_redis,
+)
 from scrapy_frontier.frontier import read_status
+from scrapy_frontier.keys import CRAWLS_KEY, Keys
+from scrapy_frontier.redis_command import RedisCommand
 
 if TYPE_CHECKING:
     import argparse
 
     import redis
-
-    from scrapy_frontier.keys import Keys
 
 
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
@@ -62,7 +72,62 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     }
 
 
+def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
+    """One summary per crawl recorded in ``scrapy-frontier:crawls`` (``CRAWLS_KEY``), sorted by
+    name: ``crawl``, ``spider``, ``crawl_id``, ``idle``, ``hosts`` (with queued requests),
+    ``start_urls_waiting``, ``in_flight``, ``workers``, ``seen``, ``requests_failed``. Two script
+    calls per crawl; the per-host queues are not counted (``scrapy status <spider>`` does)."""
+    out = []
+    registry = settings.get("CRAWLS_KEY") or CRAWLS_KEY
+    for raw in sorted(client.smembers(registry)):
+        crawl = raw.decode()
+        spider, _, crawl_id = crawl.partition("@")
+        crawl_settings = settings.copy()
+        crawl_settings.set("CRAWL_ID", crawl_id, "cmdline")
+        keys = Keys.for_spider(crawl_settings, spider)
+        status = read_status(client, keys, deep=False, start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
+        out.append(
+            {
+                "crawl": crawl,
+                "spider": spider,
+                "crawl_id": crawl_id or None,
+                "idle": status.idle,
+                "hosts": status.hosts,
+                "start_urls_waiting": status.start_urls,
+                "in_flight": status.inflight,
+                "workers": status.nodes,
+                "seen": status.seen,
+                "requests_failed": status.failed,
+            }
+        )
+    return out
+
+
 class Command(RedisCommand):
+    def syntax(self) -> str:
+        return "[options] [<spider>]"
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if args:
+            return super().run(args, opts)
+        assert self.settings is not None
+        try:
+            client = sync_redis(self.settings)
+            crawls = list_crawls(client, self.settings)
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except redis_module.exceptions.RedisError as exc:
+            return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+        if opts.json:
+            print(json.dumps({"crawls": crawls}, ensure_ascii=False), flush=True)
+            return None
+        if not crawls:
+            print("no crawl recorded in this Redis database", flush=True)
+        for c in crawls:
+            state = "idle" if c["idle"] else "running"
+            print(f"{c['crawl']}: {state}, {c['workers']} workers, {c['hosts']} hosts queued, {c['in_flight']} in flight, {c['start_urls_waiting']} start URLs waiting, {c['seen']} seen, {c['requests_failed']} failed", flush=True)
+        return None
+
     def short_desc(self) -> str:
         return "Show a distributed crawl: frontier depth, in-flight leases, live workers, dead letters"
 
