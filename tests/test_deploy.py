@@ -63,8 +63,9 @@ def code_facts() -> CodeFacts:
     from scrapy.utils.misc import walk_modules_iter
     from scrapy.utils.spider import iter_spider_classes
 
+    import crawler.items
     import scrapy_frontier.observability.metrics
-    from scrapy_frontier.storage import schema_sql
+    from scrapy_frontier.storage.ddl import schema_sql
 
     specs = getattr(scrapy_frontier.observability.metrics, "METRICS", ())
     return CodeFacts(
@@ -73,7 +74,7 @@ def code_facts() -> CodeFacts:
         histograms=frozenset(s.name for s in specs if s.kind.__name__ == "Histogram"),
         labels=frozenset(label for s in specs for label in s.labels),
         spiders=frozenset(cls.name for module in walk_modules_iter("crawler.spiders") for cls in iter_spider_classes(module)),
-        schema_sql=schema_sql(),
+        schema_sql=schema_sql(crawler.items),
     )
 
 
@@ -476,7 +477,7 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     workers' REDIS_URL and MYSQL_URL name the compose services, database and user."""
     problems = []
     if d.files.get("schema.sql") != facts.schema_sql:
-        problems.append("deploy/schema.sql differs from `python -m scrapy_frontier.storage` (it is generated: do not edit it)")
+        problems.append("deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: do not edit it)")
     found = d.service_with_image("mariadb") or d.service_with_image("mysql")
     if not found:
         return problems + ["compose.yaml: no mariadb service"]
