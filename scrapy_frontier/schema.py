@@ -89,6 +89,11 @@ class SchemaError(Exception):
         self.field = field
         self.detail = detail
 
+    def describe(self) -> str:
+        """One line naming the class (with its module) and the field: what a crawl logs at start."""
+        where = self.field if self.field in ("table", "unique_key") else f"field {self.field!r}"
+        return f"Item type {type_name(self.item_class)} cannot be stored: {where}: {self.detail}"
+
 
 class ValidationError(ValueError):
     """An item breaks its schema.

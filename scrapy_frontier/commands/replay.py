@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.connection import ConfigError, redact_url
-from scrapy_frontier.schema import SchemaError, type_name
+from scrapy_frontier.schema import SchemaError
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
 from scrapy_frontier.storage.replay import replay_pending
@@ -40,7 +40,7 @@ class Command(RedisCommand):
             backend.connect()
             written, refused, problems = replay_pending(client, keys, node, backend, types, self.settings.get("STORAGE_DOCUMENT_KEY") or None)
         except SchemaError as exc:
-            return self._fail(f"item type {type_name(exc.item_class)} cannot be stored: {exc.field}: {exc.detail}")
+            return self._fail(exc.describe())
         except ConfigError as exc:
             return self._fail(str(exc))
         except ConnectionLost as exc:

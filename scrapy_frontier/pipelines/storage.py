@@ -118,7 +118,7 @@ class StoragePipeline:
         try:
             self.types = declared_item_types(self.crawler.settings)
         except SchemaError as exc:
-            fail_at_open(self.crawler, "Item type %s cannot be stored: %s: %s (see docs/items.md)", type_name(exc.item_class), exc.field, exc.detail)
+            fail_at_open(self.crawler, "%s (docs/items.md lists the schema keys)", exc.describe())
             return
         except ConfigError as exc:
             fail_at_open(self.crawler, "%s", exc)

@@ -50,7 +50,7 @@ def _import(path: str, explicit: bool) -> Any:
         return found
     if not explicit:
         return None
-    raise ConfigError(f"STORAGE_ITEM_TYPES: {path!r} is neither a module nor a class")
+    raise ConfigError(f"STORAGE_ITEM_TYPES: {path!r} is neither a module that can be imported nor a class in one")
 
 
 def declared_item_types(settings: BaseSettings) -> dict[str, type]:
