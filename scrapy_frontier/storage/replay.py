@@ -53,7 +53,7 @@ def rebuild(raw: bytes, types: dict[str, type], spider: str, document_key: str |
     name = record.get("item_class")
     cls = types.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise Refused(f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, then move the record back to the pending list")
+        raise Refused(f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, then push the record back to the pending list")
     item = cls(**values)
     validate(item)
     schema = schema_of(item)
