@@ -650,7 +650,7 @@ def test_code_facts_are_not_empty(facts):
     assert {"crawler_pages_total", "crawler_download_latency_seconds", "crawler_frontier_depth"} <= facts.metrics
     assert "crawler_download_latency_seconds" in facts.histograms
     assert {"spider", "status", "reason", "kind"} <= facts.labels
-    assert facts.spiders == {"site"}
+    assert facts.spiders == {"site", "modules"}
 
 
 def test_promql_names():
