@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 import pymysql  # noqa: E402
 
 from crawler.items import Page  # noqa: E402
-from scrapy_frontier.storage import parse_mysql_url  # noqa: E402
+from scrapy_frontier.storage.backends import parse_mysql_url  # noqa: E402
 
 DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/crawler_bench"
 _WORDS = "crawler frontier lease politeness fingerprint scheduler pipeline storage batch upsert".split()

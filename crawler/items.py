@@ -1,6 +1,12 @@
-"""Item types and their schemas (see :mod:`scrapy_frontier.schema` for the metadata keys)."""
+"""Item types and their schemas (see :mod:`scrapy_frontier.schema` for the metadata keys and
+docs/items.md for how to declare one). The storage pipeline checks every schema here when a
+crawl starts (``STORAGE_ITEM_TYPES`` defaults to this module) and creates a type's table when
+its first item comes."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scrapy import Field, Item
 
@@ -35,3 +41,26 @@ class Page(Item):
     depth = Field(type=int)
     #: Download latency in milliseconds.
     latency_ms = Field(type=int)
+
+
+@dataclass
+class Module:
+    """One module of a Python documentation's module index (``py-modindex.html``), as the
+    ``modules`` spider sees it. Stored in the table ``modules``, unique on ``name``.
+
+    A dataclass item: the schema is the fields' ``metadata``, ``table`` and ``unique_key`` are
+    class variables.
+    """
+
+    table: ClassVar[str] = "modules"
+    unique_key: ClassVar[str] = "name"
+
+    #: Dotted module name, e.g. ``os.path``.
+    name: str = field(metadata={"type": str, "required": True, "max_length": 255, "ascii": True, "on_too_long": "reject"})
+    #: Absolute URL of the module's documentation (with its ``#module-...`` anchor); ``None`` for
+    #: a package listed without a page of its own (``concurrent``, ``xmlrpc``).
+    url: str | None = field(default=None, metadata={"type": str, "max_length": 2048, "ascii": True, "on_too_long": "reject"})
+    #: The one-line synopsis, whitespace collapsed; ``None`` when the index gives none.
+    synopsis: str | None = field(default=None, metadata={"type": str, "max_length": 1024})
+    #: The index marks the module "Deprecated".
+    deprecated: bool = field(default=False, metadata={"type": bool, "required": True})

@@ -32,7 +32,7 @@ REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))
 MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
-SPIDERS = ("site", "probe")
+SPIDERS = ("site", "probe", "modules", "kinds")
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
 FAST = {

@@ -63,8 +63,9 @@ def code_facts() -> CodeFacts:
     from scrapy.utils.misc import walk_modules_iter
     from scrapy.utils.spider import iter_spider_classes
 
+    import crawler.items
     import scrapy_frontier.observability.metrics
-    from scrapy_frontier.storage import schema_sql
+    from scrapy_frontier.storage.ddl import schema_sql
 
     specs = getattr(scrapy_frontier.observability.metrics, "METRICS", ())
     return CodeFacts(
@@ -73,7 +74,7 @@ def code_facts() -> CodeFacts:
         histograms=frozenset(s.name for s in specs if s.kind.__name__ == "Histogram"),
         labels=frozenset(label for s in specs for label in s.labels),
         spiders=frozenset(cls.name for module in walk_modules_iter("crawler.spiders") for cls in iter_spider_classes(module)),
-        schema_sql=schema_sql(),
+        schema_sql=schema_sql(crawler.items),
     )
 
 
@@ -476,7 +477,7 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     workers' REDIS_URL and MYSQL_URL name the compose services, database and user."""
     problems = []
     if d.files.get("schema.sql") != facts.schema_sql:
-        problems.append("deploy/schema.sql differs from `python -m scrapy_frontier.storage` (it is generated: do not edit it)")
+        problems.append("deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: do not edit it)")
     found = d.service_with_image("mariadb") or d.service_with_image("mysql")
     if not found:
         return problems + ["compose.yaml: no mariadb service"]
@@ -649,7 +650,7 @@ def test_code_facts_are_not_empty(facts):
     assert {"crawler_pages_total", "crawler_download_latency_seconds", "crawler_frontier_depth"} <= facts.metrics
     assert "crawler_download_latency_seconds" in facts.histograms
     assert {"spider", "status", "reason", "kind"} <= facts.labels
-    assert facts.spiders == {"site"}
+    assert facts.spiders == {"site", "modules"}
 
 
 def test_promql_names():

@@ -2,9 +2,10 @@ from pathlib import Path
 
 import pytest
 
+import crawler.items
 from crawler.items import Page
 from scrapy_frontier.schema import ValidationError, to_row, validate, schema_of
-from scrapy_frontier.storage import schema_sql
+from scrapy_frontier.storage.ddl import schema_sql
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,4 +56,4 @@ def test_row_serializes_lists_and_utc_datetimes():
 
 
 def test_deploy_schema_matches_the_items():
-    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(), "regenerate with: python -m scrapy_frontier.storage > deploy/schema.sql"
+    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(crawler.items), "regenerate it as docs/items.md says"

@@ -11,7 +11,7 @@ import pytest
 
 from crawler.items import Page
 from scrapy_frontier.schema import schema_of, to_row
-from scrapy_frontier.storage import MySQLBackend
+from scrapy_frontier.storage.backends import MySQLBackend
 
 #: Every character pymysql escapes, SQL's own specials, a format marker and non-BMP text.
 NASTY = "a\0b\\c\nd\re\x1af'g\"h%si%%j`k;-- l\\'m 🕷️ 𝄞 é"
@@ -65,9 +65,9 @@ def test_every_character_survives_the_multi_row_insert(backend, mysql_query, no_
 def test_a_batch_longer_than_one_statement_is_one_transaction(backend, mysql_query, monkeypatch):
     """A batch split over several INSERT statements commits as a whole, and a row the server
     refuses in a later statement spares the rows of the earlier ones (written one by one)."""
-    import scrapy_frontier.storage
+    import scrapy_frontier.storage.backends
 
-    monkeypatch.setattr(scrapy_frontier.storage, "MAX_STATEMENT_CHARS", 2000)  # a few rows a statement
+    monkeypatch.setattr(scrapy_frontier.storage.backends, "MAX_STATEMENT_CHARS", 2000)  # a few rows a statement
     schema = schema_of(Page)
     rows = [to_row(page(i, text="x" * 500), schema) for i in range(12)]
     assert backend.upsert(schema, rows) == []

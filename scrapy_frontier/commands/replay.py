@@ -1,13 +1,21 @@
-"""``scrapy replay <spider>``: write the items kept in ``<spider>:items:pending`` to the database."""
+"""``scrapy replay <spider>``: write the items kept in ``<spider>:items:pending`` to the database.
+
+Items of the declared item types (``STORAGE_ITEM_TYPES``) and items without a schema (documents)
+are written; a record naming any other class is refused (never imported) and kept in
+``<spider>:items:invalid``, and why is printed on stderr."""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.connection import ConfigError, redact_url
-from scrapy_frontier.storage import ConnectionLost, backend_for, replay_pending
+from scrapy_frontier.schema import SchemaError
+from scrapy_frontier.storage.backends import ConnectionLost, backend_for
+from scrapy_frontier.storage.item_types import declared_item_types
+from scrapy_frontier.storage.replay import replay_pending
 
 if TYPE_CHECKING:
     import argparse
@@ -27,9 +35,12 @@ class Command(RedisCommand):
         node = f"replay:{os.getpid()}"
         backend = None
         try:
+            types = declared_item_types(self.settings)
             backend = backend_for(self.settings)
             backend.connect()
-            written, refused = replay_pending(client, keys, node, backend)
+            written, refused, problems = replay_pending(client, keys, node, backend, types, self.settings.get("STORAGE_DOCUMENT_KEY") or None)
+        except SchemaError as exc:
+            return self._fail(exc.describe())
         except ConfigError as exc:
             return self._fail(str(exc))
         except ConnectionLost as exc:
@@ -39,6 +50,8 @@ class Command(RedisCommand):
         finally:
             if backend is not None:
                 backend.close()
+        for problem, count in problems.most_common():
+            print(f"refused {count} record(s): {problem}", file=sys.stderr)
         return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
 
     def describe(self, result: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import logformatter
 
-from scrapy_frontier.schema import schema_of
+from scrapy_frontier.schema import item_values, schema_of
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -24,7 +24,7 @@ def item_label(item: Any) -> str:
     name = type(item).__name__
     if schema is None:
         return name
-    value = str(item.get(schema.unique_key, ""))
+    value = str(item_values(item).get(schema.unique_key, ""))
     return f"{name}({schema.unique_key}={value[:200]!r})"
 
 

@@ -1,4 +1,5 @@
-"""Redis write-through cache: the latest version of every item, keyed by its unique key."""
+"""Redis write-through cache: the latest version of every item, keyed by its unique key (an item
+without a schema: by its document key)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.keys import Keys
-from scrapy_frontier.schema import item_values, schema_of
+from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
 from scrapy_frontier.scripts import source
 from scrapy_frontier.config import read_setting
-from scrapy_frontier.storage import storage_target
+from scrapy_frontier.storage.backends import storage_target
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -48,7 +49,7 @@ def cache_key(prefix: str, unique_value: Any) -> str:
 
 def store_id(settings: Any) -> str:
     """Which database confirmed a stored hash: the first 12 hex digits of the SHA-1 of
-    :func:`scrapy_frontier.storage.storage_target`. A stored hash counts only for the database that
+    :func:`scrapy_frontier.storage.backends.storage_target`. A stored hash counts only for the database that
     confirmed it, so pointing a crawl at another database writes every item there."""
     return hashlib.sha1(storage_target(settings).encode()).hexdigest()[:12]
 
@@ -64,9 +65,12 @@ _to_json = json.JSONEncoder(ensure_ascii=False, default=_jsonable).encode
 
 
 class RedisCachePipeline:
-    """Write every item with a schema to ``<spider>:items:cache:<sha1(unique key)>``, a hash of
-    ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL`` seconds; with
-    ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's RedisPipeline).
+    """Write every item to ``<spider>:items:cache:<sha1(unique key)>`` (an item without a schema:
+    ``<sha1(item type NUL document key hash)>``, see :class:`~scrapy_frontier.schema.Document`),
+    a hash of ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL``
+    seconds; with ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's
+    RedisPipeline). The content hash is the item's ``content_hash`` field when its schema has
+    one, else the SHA-1 of its canonical JSON.
 
     Writes are batched: items arriving within :data:`BATCH_WINDOW` seconds of each other (or
     while the previous write is in flight) go to Redis in one script call of at most
@@ -90,6 +94,7 @@ class RedisCachePipeline:
             raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
         self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, 7 * 24 * 3600, minimum=0)
         self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
+        self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store_id(settings)
@@ -116,11 +121,21 @@ class RedisCachePipeline:
         self.crawler.signals.connect(self._on_stored, items_stored)
 
     def _key(self, item: Any) -> tuple[str, str, Mapping[str, Any]] | None:
+        """(cache key, content hash or ``""``, values) of ``item``; ``None`` for an item without
+        a schema that JSON cannot hold (the storage pipeline keeps it aside)."""
         schema = schema_of(item)
-        if schema is None:
-            return None
         values = item_values(item)
-        return cache_key(self.keys.item_cache_prefix, values.get(schema.unique_key)), str(values.get("content_hash") or ""), values
+        if schema is None:
+            try:
+                document = document_of(item, self.document_key)
+            except (TypeError, ValueError):
+                return None
+            return cache_key(self.keys.item_cache_prefix, f"{document.item_type}\0{document.key_hash}"), document.content_hash, values
+        try:
+            content_hash = content_hash_of(item, schema)
+        except (TypeError, ValueError):  # a value JSON cannot hold: cached, never found unchanged
+            content_hash = ""
+        return cache_key(self.keys.item_cache_prefix, values.get(schema.unique_key)), content_hash, values
 
     async def _on_stored(self, items: list[Any]) -> None:
         if self._mark is None:

@@ -1,5 +1,9 @@
-"""Write-through storage: every item with a schema is upserted into MySQL (``MYSQL_URL``) or, when
-that is not set, an SQLite file (``SQLITE_PATH``).
+"""Write-through storage: every item is upserted into MySQL (``MYSQL_URL``) or, when that is not
+set, an SQLite file (``SQLITE_PATH``): an item whose type declares a schema into its own table,
+created when the first item of the type comes; any other item (a dict, a class without
+``table``) as a JSON document into the table ``items`` (:data:`scrapy_frontier.schema.DOCUMENTS`),
+keyed by its ``STORAGE_DOCUMENT_KEY`` field or by its content. The item types
+``STORAGE_ITEM_TYPES`` declares have their schemas checked when the crawl starts.
 
 Items are written by group commit on one worker thread, never on the reactor: a batch is written
 as soon as the writer is free, and the items arriving while it writes make the next batch (at
@@ -17,22 +21,25 @@ too long) is kept in ``<spider>:items:invalid`` and does not take the rest of it
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import NotConfigured
 
-import crawler.items
 from scrapy_frontier.deadletter import DeadLetters, item_record
 from scrapy_frontier.connection import ConfigError, node_id_of, optional_shared_redis, redact_url, sync_redis
 from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.pipelines.cache import RedisCachePipeline, item_unchanged, items_stored
-from scrapy_frontier.schema import iter_item_classes, schema_of, to_row
-from scrapy_frontier.storage import ConnectionLost, backend_for, replay_pending
+from scrapy_frontier.pipelines.validation import ItemRefused
+from scrapy_frontier.schema import DOCUMENTS, SchemaError, document_of, schema_of, to_row, type_name
+from scrapy_frontier.storage.backends import ConnectionLost, backend_for
+from scrapy_frontier.storage.item_types import declared_item_types
+from scrapy_frontier.storage.replay import replay_pending
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -59,6 +66,14 @@ class StoragePipeline:
         self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.0, minimum=0)
         self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, 60.0, minimum=0)
         self.mysql_url = settings.get("MYSQL_URL")
+        self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
+        if self.document_key is not None and not isinstance(self.document_key, str):
+            fail_at_open(crawler, "Setting STORAGE_DOCUMENT_KEY=%r is not a field name", self.document_key)
+            self.document_key = None
+        #: The declared item types by name (``STORAGE_ITEM_TYPES``), read at open.
+        self.types: dict[str, type] = {}
+        #: Names of the item types without a schema seen so far (the first item of each is logged).
+        self._document_types: set[str] = set()
         self.crawler = crawler
         self.stats = crawler.stats
         #: (schema, item, row, its SQL literal or None, future set once the row is committed), in arrival order.
@@ -101,10 +116,16 @@ class StoragePipeline:
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
         try:
+            self.types = declared_item_types(self.crawler.settings)
+        except SchemaError as exc:
+            fail_at_open(self.crawler, "%s (docs/items.md lists the schema keys)", exc.describe())
+            return
+        except ConfigError as exc:
+            fail_at_open(self.crawler, "%s", exc)
+            return
+        try:
             self.backend = backend_for(self.crawler.settings)
             await self._in_thread(self.backend.connect)
-            for cls in iter_item_classes(crawler.items):
-                await self._ensure_table(schema_of(cls))
         except ConfigError as exc:
             fail_at_open(self.crawler, "%s", exc)
             return
@@ -119,19 +140,20 @@ class StoragePipeline:
     def _find_cache(self) -> RedisCachePipeline | None:
         """The Redis cache pipeline among this crawl's item pipelines, if it runs."""
         try:
-            itemproc = self.crawler.engine.scraper.itemproc
-        except (RuntimeError, AttributeError):  # no engine: the pipeline used on its own
+            return self.crawler.get_item_pipeline(RedisCachePipeline)
+        except RuntimeError:  # no engine: the pipeline used on its own
             return None
-        return next((mw for mw in getattr(itemproc, "middlewares", ()) if isinstance(mw, RedisCachePipeline)), None)
 
     async def _replay(self) -> None:
         """Write the items other batches left in ``<spider>:items:pending`` (see
-        :func:`scrapy_frontier.storage.replay_pending`); runs on the storage thread."""
+        :func:`scrapy_frontier.storage.replay.replay_pending`); runs on the storage thread."""
         self._next_replay = time.monotonic() + REPLAY_EVERY
         if self._sync_redis is None:
             return
         try:
-            written, refused = await self._in_thread(replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.batch_size)
+            written, refused, problems = await self._in_thread(
+                replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.types, self.document_key, self.batch_size
+            )
         except (ConnectionLost, RedisError, OSError) as exc:
             logger.warning("Could not replay pending items yet (%s)", exc)
             return
@@ -142,6 +164,8 @@ class StoragePipeline:
             self.stats.inc_value("storage/replayed", written)
             self.stats.inc_value("storage/refused", refused)
             logger.warning("Replayed %d pending items from %s (%d refused, kept in %s)", written, self.keys.items_pending, refused, self.keys.items_invalid)
+            for problem, count in problems.most_common(5):
+                logger.warning("%d pending items refused: %s", count, problem)
 
     async def _ensure_table(self, schema: Schema) -> None:
         if schema.table not in self._tables:
@@ -149,15 +173,19 @@ class StoragePipeline:
             self._tables.add(schema.table)
 
     async def process_item(self, item: Any) -> Any:
-        schema = schema_of(item)
-        if schema is None:
-            self.stats.inc_value("storage/skipped/no_schema")
-            return item
+        try:
+            schema = schema_of(item)
+        except SchemaError as exc:  # a class STORAGE_ITEM_TYPES does not declare (the validation pipeline drops it first)
+            raise ItemRefused(f"invalid field {exc.field!r} (schema): {exc}", "schema", exc.field) from None
         try:
             # Built here rather than when the batch is written, so that it overlaps the database's
             # work on the batch before (the storage thread waits on the socket meanwhile); the
             # literal is pymysql's escaping of the row (only reads the connection's settings).
-            row = to_row(item, schema)
+            if schema is None:
+                schema = DOCUMENTS
+                row = self._document_row(item)
+            else:
+                row = to_row(item, schema)
             literal = self.backend.literal(row)
         except Exception as exc:  # a row that cannot be built is kept, as a failed batch would be
             logger.exception("Storage cannot write an item of %s; keeping it in %s", schema.table, self.keys.items_pending)
@@ -174,6 +202,21 @@ class StoragePipeline:
             self._timer = asyncio.get_running_loop().call_later(self.flush_interval, self._kick)
         await done
         return item
+
+    def _document_row(self, item: Any) -> tuple[Any, ...]:
+        """The row of an item without a schema in the documents table; the first of its type is logged."""
+        document = document_of(item, self.document_key)
+        if document.item_type not in self._document_types:
+            self._document_types.add(document.item_type)
+            keyed = f"their field {self.document_key!r} (STORAGE_DOCUMENT_KEY), else by a hash of their content" if self.document_key else "a hash of their content (STORAGE_DOCUMENT_KEY names a key field)"
+            logger.info(
+                "Items of type %s have no schema: storing them as JSON documents in table %r, keyed by %s."
+                " To give them a table of their own, declare a schema on the type (docs/items.md)",
+                document.item_type,
+                DOCUMENTS.table,
+                keyed,
+            )
+        return document.row(self.crawler.spider.name)
 
     def _kick(self) -> None:
         """Have the waiting items flushed as soon as the writer is free (at most one flush task
@@ -243,7 +286,7 @@ class StoragePipeline:
                     self.stats.inc_value("storage/refused")
                     bad.append(item_record(item, reason="storage_refused", detail=reason))
                     if not done.done():
-                        done.set_exception(DropItem(f"the database refused it: {reason}"))
+                        done.set_exception(ItemRefused(f"the database refused it: {reason}", "storage_refused"))
                 elif not done.done():
                     done.set_result(None)
             if stored:
@@ -285,13 +328,26 @@ class StoragePipeline:
                     pass
 
     async def _spill(self, entries: list[Any], reason: str) -> None:
-        records = [item_record(entry[1], reason=reason) for entry in entries]
+        records = [self._pending_record(entry, reason) for entry in entries]
         await self.dead.push(self.keys.items_pending, records)
         self.stats.inc_value("storage/pending", len(records))
         logger.error("Kept %d items in %s to be replayed later", len(records), self.keys.items_pending)
         for *_, done in entries:
             if done is not None and not done.done():
                 done.set_result(None)
+
+    @staticmethod
+    def _pending_record(entry: _Entry, reason: str) -> dict[str, Any]:
+        """The record of an item kept in the pending list. An item stored as a document is marked
+        with ``document_type`` and, when its row was built, carries the document's own values
+        (the JSON it was to be stored as), so that its replay stores the same document."""
+        schema, item, row = entry[0], entry[1], entry[2]
+        if schema is not DOCUMENTS:
+            return item_record(item, reason=reason)
+        record = item_record(item, reason=reason, document_type=type_name(type(item)))
+        if row:
+            record["item"] = json.loads(row[-1])
+        return record
 
     async def close_spider(self) -> None:
         while self._batch:

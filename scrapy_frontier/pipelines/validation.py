@@ -20,10 +20,25 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class ItemRefused(DropItem):
+    """An item dropped because it cannot be stored.
+
+    ``reason`` is a short stat word: a :class:`~scrapy_frontier.schema.ValidationError` reason
+    (``missing``, ``type``, ``too_long``, ...), ``schema`` for an item class whose schema cannot
+    be stored, ``storage_refused`` for a row the database refused. ``field`` names the field at
+    fault, or is ``None``.
+    """
+
+    def __init__(self, message: str, reason: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.field = field
+
+
 class ValidationPipeline:
     """Drop items that break their schema, truncate over-long ``truncate`` fields.
 
-    A dropped item is logged with the field and the reason, counted as
+    A dropped item raises :class:`ItemRefused` (logged with the field and the reason), is counted as
     ``validation/dropped/<reason>`` and kept as JSON in ``<spider>:items:invalid`` (Redis) or
     ``<spider>.items.invalid.jl`` (embedded mode). Truncations are counted as
     ``validation/truncated/<field>``.
@@ -49,10 +64,10 @@ class ValidationPipeline:
         try:
             truncated = validate(item)
         except (ValidationError, SchemaError) as exc:
-            field, reason = (exc.field, exc.reason) if isinstance(exc, ValidationError) else ("-", "schema")
+            field, reason = exc.field, exc.reason if isinstance(exc, ValidationError) else "schema"
             self.stats.inc_value(f"validation/dropped/{reason}")
             await self.dead.push(self.key, [item_record(item, field=field, reason=reason, detail=str(exc))])
-            raise DropItem(f"invalid field {field!r} ({reason}): {exc}; kept in {self.key}") from None
+            raise ItemRefused(f"invalid field {field!r} ({reason}): {exc}; kept in {self.key}", reason, field) from None
         for field in truncated:
             self.stats.inc_value(f"validation/truncated/{field}")
             logger.warning("Truncated field %r of %s to fit its column", field, item_label(item))
