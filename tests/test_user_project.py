@@ -128,12 +128,15 @@ def crawl(user_project, tmp_path, redis_url, mysql_url):
         w.stop()
 
 
-def finish(workers: list[UserWorker]) -> None:
-    """Every worker exits 0 and logged no traceback."""
+def finish(workers: list[UserWorker], expected_errors: str = "") -> None:
+    """Every worker exits 0 and logged no traceback, and no error but those ``expected_errors``
+    (a regular expression) matches."""
     for w in workers:
         assert w.wait(120) == 0, w.output[-4000:]
     for w in workers:
         assert "Traceback" not in w.output, w.output[-4000:]
+        errors = [line for line in w.output.splitlines() if " ERROR: " in line and not (expected_errors and re.search(expected_errors, line))]
+        assert not errors, errors[:5]
 
 
 def paths(urls) -> list[str]:
@@ -229,7 +232,7 @@ def test_requests_redis_cannot_hold_are_refused_and_the_crawl_goes_on(tutorial_s
     server, _ = tutorial_site
     base = server.url + "tutorial/"
     (worker,) = crawl("user_bad", n=1, args=("-a", f"start_url={base}index.html"))
-    finish([worker])
+    finish([worker], expected_errors="Refused request")
     assert_fetched_once(server, [base + "index.html", base + "appetite.html"])
     refused = [line for line in worker.output.splitlines() if "Refused request" in line]
     assert len(refused) == 2, refused
