@@ -64,7 +64,7 @@ def user_project(tmp_path_factory) -> UserProject:
     python = venv / "bin" / "python"
     pip = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(ROOT), "scrapy-redis==0.9.1"],
-        cwd=base, env=user_env(), capture_output=True, text=True, timeout=600,
+        check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=600,
     )
     assert pip.returncode == 0, f"pip install failed:\n{pip.stdout[-3000:]}\n{pip.stderr[-3000:]}"
     probe = (
@@ -77,13 +77,13 @@ def user_project(tmp_path_factory) -> UserProject:
         "        failed[name] = f'{type(exc).__name__}: {exc}'\n"
         "print(json.dumps({'failed': failed, 'crawler': importlib.util.find_spec('crawler') is not None}))\n"
     )
-    found = subprocess.run([str(python), "-c", probe], cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
+    found = subprocess.run([str(python), "-c", probe], check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert result["failed"] == {}, f"the installed package does not bring its runtime dependencies: {result['failed']}"
     assert result["crawler"] is False, "pip install ships this repository's own Scrapy project (a package named crawler)"
 
-    made = subprocess.run([str(python), "-m", "scrapy", "startproject", PROJECT], cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
+    made = subprocess.run([str(python), "-m", "scrapy", "startproject", PROJECT], check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stdout + made.stderr
     root = base / PROJECT
     settings = root / PROJECT / "settings.py"
