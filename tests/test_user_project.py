@@ -37,9 +37,18 @@ RUNTIME_IMPORTS = ("scrapy", "redis", "pymysql", "itemadapter", "pythonjsonlogge
 #: Variables of this test run that a user's worker would not have.
 FOREIGN_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT", "REDIS_URL", "MYSQL_URL")
 #: Given to every crawl with ``-s``: workers exit soon after the crawl is done (a whole number of
-#: seconds: scrapy-redis reads it with ``int()``), and none of the generated settings' one
-#: request per second per worker (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1).
-CRAWL_SETTINGS = {**FAST, "MAX_IDLE_TIME_BEFORE_CLOSE": "2", "DOWNLOAD_DELAY": "0", "CONCURRENT_REQUESTS_PER_DOMAIN": "8"}
+#: seconds: scrapy-redis reads it with ``int()``); in place of the generated settings' one request
+#: per second per worker (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1), ten per second
+#: for the whole crawl, and an idle worker polling every 0.2s: a worker alone would otherwise
+#: take the whole site before the other has joined.
+CRAWL_SETTINGS = {
+    **FAST,
+    "MAX_IDLE_TIME_BEFORE_CLOSE": "2",
+    "DOWNLOAD_DELAY": "0",
+    "CONCURRENT_REQUESTS_PER_DOMAIN": "8",
+    "DOMAIN_RATE_LIMIT": "10",
+    "FRONTIER_POLL_MAX": "0.2",
+}
 
 
 def user_env(**extra: str) -> dict[str, str]:
@@ -155,6 +164,12 @@ def items_scraped(workers: list[UserWorker]) -> list[int]:
     return [w.stat("item_scraped_count") for w in workers]
 
 
+def assert_shared(workers: list[UserWorker], pages: int) -> None:
+    """Both workers crawled, ``pages`` pages between them."""
+    shares = [w.stat("response_received_count") for w in workers]
+    assert all(shares) and sum(shares) == pages, f"pages per worker: {shares}"
+
+
 def stored_documents(mysql_query, spider: str) -> list[dict]:
     """The spider's dict items in MySQL: JSON documents in the ``items`` table (items without a
     schema, docs/items.md; written by the storage rewrite)."""
@@ -184,6 +199,7 @@ def test_redis_crawl_spider_with_rules(tutorial_site, crawl, redis_client, mysql
     for w in workers:
         assert "start URLs come from user_redis:seeds through the frontier" in w.output
     assert sum(w.stat("start_urls/accepted") for w in workers) == 1
+    assert_shared(workers, len(expected) + 1)  # and robots.txt
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert not redis_client.exists("user_redis:seeds")
     documents = stored_documents(mysql_query, "user_redis")
@@ -200,6 +216,7 @@ def test_plain_spider_with_start_urls(tutorial_site, crawl, mysql_query):
     finish(workers)
     assert server.fetches().get("/tutorial/index.html") == 1
     assert_fetched_once(server, expected)
+    assert_shared(workers, len(expected) + 1)
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert_stored(mysql_query, "user_pages", expected)
 
@@ -222,6 +239,7 @@ def test_sitemap_spider_with_gzipped_sitemap(tutorial_site, tmp_path, crawl, mys
     workers = crawl("user_sitemap", args=("-a", f"sitemap={server.url}sitemap-index.xml"))
     finish(workers)
     assert_fetched_once(server, expected, also=("/robots.txt", "/sitemap-index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz"))
+    assert_shared(workers, len(expected) + 4)
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert_stored(mysql_query, "user_sitemap", expected)
 
