@@ -186,25 +186,27 @@ def assert_stored(mysql_query, spider: str, urls) -> None:
 
 
 def test_redis_crawl_spider_with_rules(tutorial_site, crawl, redis_client, mysql_query):
-    """scrapy-redis's RedisCrawlSpider: a custom ``redis_key`` fed with LPUSH, ``redis_batch_size``,
-    rules with a callback by name, ``cb_kwargs`` and ``follow=True``."""
+    """scrapy-redis's RedisCrawlSpider: a custom ``redis_key`` fed with LPUSH, ``redis_batch_size``
+    (2, of 3 start URLs), rules with a callback by name, ``cb_kwargs`` and ``follow=True``. Two of
+    the start URLs are also links of the first page: each page is fetched once all the same."""
     server, expected = tutorial_site
     start = server.url + "tutorial/index.html"
     workers = crawl("user_redis")
     for w in workers:
         w.wait_for("Joined the crawl")
-    redis_client.lpush("user_redis:seeds", start)
+    redis_client.lpush("user_redis:seeds", start, server.url + "tutorial/appetite.html", server.url + "tutorial/venv.html")
     finish(workers)
     assert_fetched_once(server, expected)
     for w in workers:
         assert "start URLs come from user_redis:seeds through the frontier" in w.output
-    assert sum(w.stat("start_urls/accepted") for w in workers) == 1
+    assert sum(w.stat("start_urls/accepted") for w in workers) == 3
     assert_shared(workers, len(expected) + 1)  # and robots.txt
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert not redis_client.exists("user_redis:seeds")
     documents = stored_documents(mysql_query, "user_redis")
     assert sorted(d["url"] for d in documents) == sorted(expected)
-    assert {d["url"]: d["section"] for d in documents} == {u: "start" if u == start else "tutorial" for u in expected}
+    sections = {d["url"]: d["section"] for d in documents}
+    assert sections[start] == "start" and set(sections.values()) == {"start", "tutorial"}
 
 
 def test_plain_spider_with_start_urls(tutorial_site, crawl, mysql_query):
