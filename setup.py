@@ -1,14 +1,19 @@
 """Packaging. ``pip install .`` builds the reusable library, ``scrapy_frontier``, with its
 dependencies from ``pyproject.toml``. ``scrapyd-deploy`` runs ``python setup.py bdist_egg``: the
 egg also carries this Scrapy project (``crawler/``) and the ``scrapy`` settings entry point that
-scrapyd reads, and nothing else; a pip install never ships a package named ``crawler``."""
+scrapyd reads, and nothing else; a pip install never ships a package named ``crawler``: the egg is
+built in ``build/egg``, since setuptools packs whatever its build tree holds and an egg's
+``crawler/`` left in ``build/lib`` would go into the next wheel of this checkout.
+
+``scrapy crawl`` is this library's (``scrapy_frontier.commands.crawl``: exit status 2 when a
+setting stops the crawl at start) in every project where the package is installed."""
 
 import sys
 
 from setuptools import find_packages, setup
 
 EGG = "bdist_egg" in sys.argv
-COMMANDS = ["status", "push", "requeue", "replay", "forget"]
+COMMANDS = ["crawl", "status", "push", "requeue", "replay", "forget"]
 entry_points = {"scrapy.commands": [f"{name} = scrapy_frontier.commands.{name}:Command" for name in COMMANDS]}
 if EGG:
     entry_points["scrapy"] = ["settings = crawler.settings"]
@@ -18,4 +23,5 @@ setup(
     package_data={"scrapy_frontier": ["lua/*.lua", "py.typed"]},
     entry_points=entry_points,
     zip_safe=False,
+    options={"build": {"build_base": "build/egg"}} if EGG else {},
 )

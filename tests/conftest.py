@@ -32,7 +32,8 @@ REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))
 MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
-SPIDERS = ("site", "probe", "modules", "kinds")
+#: test_user_project.py: the spiders of the user's project it generates (its redis_key is user_redis:seeds).
+SPIDERS = ("site", "probe", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad")
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
 FAST = {
@@ -84,14 +85,15 @@ def docs_site():
 @pytest.fixture
 def tutorial_site(tmp_path):
     """The docs' ``tutorial/`` directory alone on a server of its own (links out of it are 404s),
-    and the URLs of its pages reachable from ``tutorial/index.html``: ``(server, expected)``."""
+    and the URLs of its pages reachable from ``tutorial/index.html``: ``(server, expected)``.
+    The server's root is ``tmp_path / "tutorial-site"``; its access log gives ``server.fetches()``."""
     import shutil
 
     from tests.oracle import reachable_pages
 
     root = tmp_path / "tutorial-site"
     shutil.copytree(DOCS / "tutorial", root / "tutorial")
-    server = HttpServer(root, "127.0.0.4")
+    server = HttpServer(root, "127.0.0.4", log=tmp_path / "tutorial-site.log")
     yield server, {server.url + p for p in reachable_pages(root, "tutorial/index.html")}
     server.stop()
 

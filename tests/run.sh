@@ -25,8 +25,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# The tests use Redis database 13 (keys site:* and probe:* only) and a MariaDB database of
-# their own, created and dropped by the test session. Start the servers if they are down.
+# The tests use Redis database 13 (only the keys of the spiders named in conftest.SPIDERS) and a
+# MariaDB database of their own, created and dropped by the test session. Start the servers if they are down.
 if ! redis-cli -h "${TEST_REDIS_HOST:-127.0.0.1}" -p "${TEST_REDIS_PORT:-6379}" ping >/dev/null 2>&1; then
   echo "tests/run.sh: starting redis-server on 127.0.0.1:6379 (no persistence)"
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no

@@ -39,7 +39,7 @@ from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, now_ms, slot
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error
 from scrapy_frontier.nodes import Heartbeat, node_id_of
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, LeaseBook
-from scrapy_frontier.scheduler.start_urls import StartUrlIntake, start_request_fingerprint
+from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json
 
 if TYPE_CHECKING:
@@ -211,7 +211,10 @@ class FrontierScheduler(BaseScheduler):
         self.leases.replaced(request)
         fingerprint = ""
         digest = b""
-        if not request.dont_filter:
+        # The spider's own start requests (Scrapy's start spider middleware marks them) have
+        # dont_filter, and every worker yields them: the crawl fetches each page once all the
+        # same, as a start request or as a link found in a page, so they are deduplicated too.
+        if not request.dont_filter or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
             digest = self.crawler.request_fingerprinter.fingerprint(request)
             if digest in self._seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
@@ -219,10 +222,6 @@ class FrontierScheduler(BaseScheduler):
                 self._filtered(request)
                 return "duplicate"
             fingerprint = digest.hex()
-        elif request.meta.get("is_start_request") and LEASE_META not in request.meta:
-            # The spider's own start request (Scrapy's start spider middleware marks them), with
-            # dont_filter: every worker yields it, the crawl fetches it once.
-            fingerprint = start_request_fingerprint(self.crawler.request_fingerprinter.fingerprint(request))
         try:
             payload = request_to_json(request, self.spider)
         except RequestRefused as exc:

@@ -1,5 +1,5 @@
-"""Start-URL intake: turning ``<spider>:start_urls`` payloads into requests, and the spider's own
-start requests into requests fetched once per crawl.
+"""Start-URL intake: turning ``<spider>:start_urls`` payloads into requests. (The spider's own
+start requests are deduplicated by the scheduler, so that each is fetched once per crawl.)
 
 Payloads are taken from Redis under this worker's lease (:meth:`Frontier.take_start_urls`) and
 acknowledged by the next flush, after the requests they made are queued: a worker that dies
@@ -14,7 +14,6 @@ that makes no request is refused: logged, counted in ``start_urls/refused/<reaso
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -41,14 +40,6 @@ def redis_spider_hook(spider: Spider) -> Any | None:
     if (getattr(method, "__module__", "") or "").startswith("scrapy_redis."):
         return None
     return getattr(spider, "make_request_from_data")
-
-
-def start_request_fingerprint(fingerprint: bytes) -> str:
-    """The dupefilter entry of a spider's own start request marked ``dont_filter``: every worker
-    runs the spider's ``start()``, and such a request must still be fetched once per crawl, not
-    once per worker. A hash of the request fingerprint in its own namespace, so it never blocks a
-    later request for the same URL found in a page (hex, as long as a SHA-1)."""
-    return hashlib.sha1(b"scrapy-frontier start request:" + fingerprint).hexdigest()
 
 
 class StartUrlIntake:
