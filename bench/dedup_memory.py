@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path

@@ -42,8 +42,17 @@ if str(ROOT) not in sys.path:
 
 import redis  # noqa: E402
 
-from bench.speed import COMMON, OUT, PIPELINES_OFF, Nginx, RedisServer, loadavg, rss_kb, start_workers, wait_opened  # noqa: E402
-
+from bench.speed import (  # noqa: E402
+    COMMON,
+    OUT,
+    PIPELINES_OFF,
+    Nginx,
+    RedisServer,
+    loadavg,
+    rss_kb,
+    start_workers,
+    wait_opened,
+)
 
 FILL_PAGE = "<html><head><title>Fill</title></head><body><p>A page without links.</p></body></html>"
 LOCATIONS = "location /fan/ { try_files /fan.html =404; } location /fill/ { try_files /fill.html =404; }"
@@ -111,10 +120,10 @@ async def fill(redis_url: str, base_url: str, requests: int, checkpoints: list[i
     from scrapy import Request
     from scrapy.settings import Settings
 
+    from crawler.spiders.site import SiteSpider
     from scrapy_frontier.frontier import Entry, Frontier, slot_of
     from scrapy_frontier.keys import Keys
     from scrapy_frontier.serialize import request_to_json
-    from crawler.spiders.site import SiteSpider
 
     spider = SiteSpider()
     # The payload a worker's scheduler would queue for such a request, with a placeholder.

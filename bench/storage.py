@@ -21,7 +21,7 @@ import gc
 import json
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,7 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
     crawler.spider = crawler._create_spider()
     pipeline = StoragePipeline.from_crawler(crawler)
     await pipeline.open_spider()
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    base = datetime(2026, 1, 1, tzinfo=UTC)
     pages = [make_page(i, base) for i in range(items)]
     size = sum(row_bytes(p) for p in pages[:1000]) / min(items, 1000)
     # The items made in advance are not the pipeline's: keep the garbage collector from walking

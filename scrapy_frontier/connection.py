@@ -98,12 +98,6 @@ def describe_error(exc: BaseException) -> str:
 
 
 _shared: dict[int, redis.asyncio.Redis] = {}
-def node_id_of(crawler: Any) -> str:  # moved to scrapy_frontier.nodes; callers move after the merge
-    from scrapy_frontier.nodes import node_id_of as node_id
-
-    return node_id(crawler)
-
-
 def shared_redis(crawler: Any) -> redis.asyncio.Redis:
     """The one asyncio client (and connection pool) of a crawler, closed when its spider closes.
     Raises :class:`ConfigError` for a malformed ``REDIS_URL``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ def item_record(item: Any, **extra: Any) -> dict[str, Any]:
         **extra,
         "item_class": f"{type(item).__module__}.{type(item).__qualname__}",
         "item": ItemAdapter(item).asdict(),
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -70,6 +70,9 @@ SETTINGS: dict[str, Any] = {
     "STORAGE_BATCH_SIZE": 200,
     "STORAGE_FLUSH_INTERVAL": 0.0,
     "STORAGE_RETRY_TIMEOUT": 60.0,
+    # None: the project's items module (STORAGE_ITEM_TYPES); no key field (STORAGE_DOCUMENT_KEY).
+    "STORAGE_ITEM_TYPES": None,
+    "STORAGE_DOCUMENT_KEY": None,
     # Logs, metrics, memory.
     "LOG_JSON": False,
     "METRICS_ENABLED": True,

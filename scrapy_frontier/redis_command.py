@@ -12,7 +12,12 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.connection import ConfigError, describe_error, redact_url, sync_redis
+from scrapy_frontier.connection import (
+    ConfigError,
+    describe_error,
+    redact_url,
+    sync_redis,
+)
 from scrapy_frontier.keys import Keys, crawl_id_error
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -312,7 +312,7 @@ def to_row(item: Any, schema: Schema) -> tuple[Any, ...]:
             if conversion == 1:
                 value = _to_json(value)
             else:
-                value = datetime.fromisoformat(value).astimezone(timezone.utc).replace(tzinfo=None)
+                value = datetime.fromisoformat(value).astimezone(UTC).replace(tzinfo=None)
         row.append(value)
     return tuple(row)
 

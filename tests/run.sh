@@ -44,4 +44,6 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requireme
   cat .venv/pip.log >&2
   exit 1
 fi
+# Lint first (rules in pyproject.toml): a failure stops the run with the file and line.
+.venv/bin/ruff check --quiet .
 CI="${CI:-}" exec .venv/bin/python -m pytest "$@"

@@ -604,7 +604,7 @@ def check_wiring(d: Deployment) -> list[str]:
     for rel, dash in d.dashboards().items():
         used = set()
 
-        def walk(node):
+        def walk(node, used=used):
             if isinstance(node, dict):
                 if isinstance(node.get("datasource"), dict):
                     used.add(node["datasource"].get("uid"))

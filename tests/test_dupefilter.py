@@ -13,7 +13,13 @@ import redis.asyncio
 from scrapy.settings import Settings
 from scrapy.utils.request import RequestFingerprinter
 
-from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, bloom_size, claim
+from scrapy_frontier.dupefilter import (
+    DedupConfig,
+    Dupefilter,
+    DupefilterMismatch,
+    bloom_size,
+    claim,
+)
 from scrapy_frontier.keys import Keys
 from tests.test_commands import run as run_command
 

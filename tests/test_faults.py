@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, HttpServer, DOCS
+from tests.conftest import DOCS, ROOT, HttpServer
 from tests.oracle import reachable_pages
 
 SLOW = {"MAX_IDLE_TIME_BEFORE_CLOSE": "4", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}

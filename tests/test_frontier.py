@@ -1,15 +1,16 @@
 """The frontier's Lua scripts against the real Redis."""
 
 import asyncio
+import json
 import time
 
 import redis
 import redis.asyncio
+from scrapy.settings import Settings
 
 from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
-from scrapy_frontier.nodes import Heartbeat
 from scrapy_frontier.keys import Keys
-from scrapy.settings import Settings
+from scrapy_frontier.nodes import Heartbeat
 
 KEYS = Keys.for_spider(Settings(), "site")
 
@@ -27,7 +28,7 @@ async def with_frontier(redis_url, fn, node="n1", **kw):
 
 
 def entry(url, host="h", fp=None, score=0):
-    return Entry(fp if fp is not None else url, host, score, '{"url":"%s"}' % url)
+    return Entry(fp if fp is not None else url, host, score, json.dumps({"url": url}, separators=(",", ":")))
 
 
 def test_push_dedups_across_calls_and_bypasses_for_dont_filter(redis_url):

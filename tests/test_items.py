@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import UTC
 
 import pytest
 
@@ -154,13 +155,13 @@ def test_a_worker_replays_pending_declared_items_and_documents_when_it_starts(do
 def test_a_pending_document_is_replayed_as_the_same_row():
     """A document kept in the pending list carries the values it was to be stored with (a
     date-time as its ISO text, a set sorted), so its replay writes the same row, not a second."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from scrapy_frontier.pipelines.storage import StoragePipeline
     from scrapy_frontier.schema import DOCUMENTS, document_of
     from scrapy_frontier.storage.replay import rebuild
 
-    item = {"at": datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=timezone.utc), "tags": {"b", "a"}, "n": 1.5}
+    item = {"at": datetime(2026, 1, 2, 3, 4, 5, 6000, tzinfo=UTC), "tags": {"b", "a"}, "n": 1.5}
     row = document_of(item, None).row("kinds")
     record = StoragePipeline._pending_record((DOCUMENTS, item, row, None, None), "storage error: test")
     raw = json.dumps(record, ensure_ascii=False, default=str).encode()  # as DeadLetters.push writes it

@@ -4,8 +4,8 @@
 import pytest
 
 from crawler.items import Page
-from scrapy_frontier.schema import validate
 from crawler.spiders.site import HOSTS_META, SiteSpider
+from scrapy_frontier.schema import validate
 
 
 @pytest.fixture

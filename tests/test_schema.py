@@ -4,7 +4,7 @@ import pytest
 
 import crawler.items
 from crawler.items import Page
-from scrapy_frontier.schema import ValidationError, to_row, validate, schema_of
+from scrapy_frontier.schema import ValidationError, schema_of, to_row, validate
 from scrapy_frontier.storage.ddl import schema_sql
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -52,10 +52,10 @@ def test_after_scrape_fails_loudly_without_enqueue_scrape(engine_crawler):
 
 
 def test_wake_engine_schedules_the_engines_next_call(engine_crawler):
+    import inspect
+
     from scrapy.core.engine import _Slot
     from scrapy.utils.reactor import CallLaterOnce
-
-    import inspect
 
     assert "nextcall" in inspect.signature(_Slot).parameters, "scrapy_frontier.scrapy_internals.wake_engine: the engine's _Slot has no nextcall"
     assert hasattr(CallLaterOnce, "schedule"), "scrapy_frontier.scrapy_internals.wake_engine: CallLaterOnce.schedule is gone"

@@ -3,7 +3,12 @@ import json
 import pytest
 from scrapy import Request, Spider
 
-from scrapy_frontier.serialize import RequestRefused, parse_start_payload, request_from_json, request_to_json
+from scrapy_frontier.serialize import (
+    RequestRefused,
+    parse_start_payload,
+    request_from_json,
+    request_to_json,
+)
 
 
 class S(Spider):

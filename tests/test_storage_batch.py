@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -23,7 +23,7 @@ def page(i: int, **fields) -> Page:
         status=200,
         title=f"t{i}",
         content_hash=f"{i:064x}",
-        fetched_at=datetime(2026, 1, 1, 12, 0, 0, i % 1000, tzinfo=timezone.utc).isoformat(),
+        fetched_at=datetime(2026, 1, 1, 12, 0, 0, i % 1000, tzinfo=UTC).isoformat(),
     )
     values.update(fields)
     return Page(**values)

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from crawler.items import Page
-from scrapy_frontier.pipelines.cache import BATCH_MAX, cache_key, item_unchanged, items_stored
+from scrapy_frontier.pipelines.cache import BATCH_MAX, cache_key
+from scrapy_frontier.signals import item_unchanged, items_stored
 
 
 def page(i: int, content_hash: str | None = None) -> Page:
@@ -19,7 +20,7 @@ def page(i: int, content_hash: str | None = None) -> Page:
         title=f"t{i} 🕷️ é",
         links=[f"http://h/{i + 1}"],
         content_hash=content_hash or f"{i:064x}",
-        fetched_at=datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc).isoformat(),
+        fetched_at=datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC).isoformat(),
     )
 
 

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urlsplit
 
 import scrapy
+from scrapy.exceptions import CloseSpider
 from scrapy.http import HtmlResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
-from scrapy.exceptions import CloseSpider
-
-from scrapy_frontier.serialize import RequestRefused, check_url
-from scrapy_frontier.config import CONFIG_ERROR
 from crawler.items import Page
+from scrapy_frontier.config import CONFIG_ERROR
+from scrapy_frontier.serialize import RequestRefused, check_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -110,7 +109,7 @@ class SiteSpider(scrapy.Spider):
             text=text,
             links=links,
             content_hash=hashlib.sha256(response.body).hexdigest(),
-            fetched_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            fetched_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
             depth=response.meta.get("depth", 0),
             latency_ms=round(latency * 1000) if latency is not None else None,
         )

@@ -13,8 +13,8 @@ from scrapy import signals
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_frontier.observability import logjson
 from scrapy_frontier.config import CONFIG_ERROR
+from scrapy_frontier.observability import logjson
 
 if TYPE_CHECKING:
     import argparse

@@ -15,8 +15,15 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.defaults import START_URLS_MAX_BYTES
+from scrapy_frontier.dupefilter import (
+    DedupConfig,
+    Dupefilter,
+    DupefilterMismatch,
+    check_meta,
+    meta_for,
+    stored_layout,
+)
 from scrapy_frontier.redis_command import RedisCommand
-from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, DupefilterMismatch, check_meta, meta_for, stored_layout
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 
 if TYPE_CHECKING:

@@ -10,8 +10,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.config import setting_or_env
 from scrapy_frontier.connection import ConfigError, redact_url
+from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.schema import SchemaError
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
@@ -31,7 +32,7 @@ class Command(RedisCommand):
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
         assert self.settings is not None
-        url = self.settings.get("MYSQL_URL")
+        url = setting_or_env(self.settings, "MYSQL_URL")
         node = f"replay:{os.getpid()}"
         backend = None
         try:

@@ -8,8 +8,8 @@ from urllib.parse import urlsplit
 
 from scrapy.exceptions import UsageError
 
-from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.frontier import now_ms, slot_of
+from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import check_url
 

@@ -13,13 +13,13 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 
+from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
 from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
-from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
-from scrapy_frontier.config import fail_at_open, read_setting
 
 if TYPE_CHECKING:
     from scrapy import Request

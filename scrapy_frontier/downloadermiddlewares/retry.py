@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from datetime import timezone
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.utils.response import response_status_message
 
-from scrapy_frontier.scheduler.leases import FAILED_META
 from scrapy_frontier.config import read_setting
+from scrapy_frontier.scheduler.leases import FAILED_META
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -44,7 +44,7 @@ def parse_retry_after(value: bytes | str | None, now: float | None = None) -> fl
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     now = time.time() if now is None else now
     return max(0.0, when.timestamp() - now)
 

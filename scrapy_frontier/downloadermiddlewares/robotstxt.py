@@ -22,12 +22,12 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler
 from twisted.internet.defer import Deferred
 
+from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
-from scrapy_frontier.config import read_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

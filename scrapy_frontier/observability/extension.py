@@ -29,13 +29,19 @@ from scrapy.exceptions import CloseSpider
 
 from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting, read_value
 from scrapy_frontier.connection import ConfigError, async_redis
-from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.keys import Keys
+from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.observability.logjson import use_json_formatter
 from scrapy_frontier.observability.metrics import Metrics, drop_reason
-from scrapy_frontier.observability.server import parse_ports, ports_text, server_address, start_server, stop_server
+from scrapy_frontier.observability.server import (
+    parse_ports,
+    ports_text,
+    server_address,
+    start_server,
+    stop_server,
+)
 from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
-from scrapy_frontier.pipelines.cache import items_stored
+from scrapy_frontier.signals import items_stored
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -178,7 +184,7 @@ class Observability:
                 logger.exception("Metrics refresh error (the worker keeps running)")
             try:
                 await asyncio.wait_for(self._closing.wait(), self.interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def spider_closed(self, spider: Spider) -> None:

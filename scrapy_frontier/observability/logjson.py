@@ -26,7 +26,7 @@ import logging
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
@@ -67,7 +67,7 @@ class JsonLogFormatter(JsonFormatter):
         self.context = context
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:
-        log_data["time"] = datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
+        log_data["time"] = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
         super().add_fields(log_data, record, message_dict)
         spider = log_data.get("spider")
         if spider is not None and not isinstance(spider, str):

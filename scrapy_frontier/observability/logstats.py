@@ -21,14 +21,15 @@ from scrapy.extensions.logstats import LogStats
 
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
-from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.frontier import Frontier, Status
 from scrapy_frontier.keys import Keys
+from scrapy_frontier.nodes import node_id_of
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from scrapy import Spider
     from scrapy.crawler import Crawler
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 

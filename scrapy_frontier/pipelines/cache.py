@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 
+from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
 from scrapy_frontier.scripts import source
-from scrapy_frontier.config import read_setting
+from scrapy_frontier.signals import item_unchanged, items_stored
 from scrapy_frontier.storage.backends import storage_target
 
 if TYPE_CHECKING:
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Sent with ``item=`` when an item's content hash equals the one last stored (storage skips it).
-item_unchanged = object()
-#: Sent by the storage pipeline with ``items=`` once those items are committed to the database.
-items_stored = object()
 
 #: Most items one cache write carries (one script call; about 1 KB of JSON each).
 BATCH_MAX = 200
@@ -92,7 +89,7 @@ class RedisCachePipeline:
             raise NotConfigured("REDIS_CACHE_ENABLED is off")
         if not settings.get("REDIS_URL"):
             raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
-        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, 7 * 24 * 3600, minimum=0)
+        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, minimum=0)
         self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
         self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         self.crawler = crawler

@@ -30,13 +30,27 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.exceptions import NotConfigured
 
+from scrapy_frontier.config import fail_at_open, read_setting, setting_or_env
+from scrapy_frontier.connection import (
+    ConfigError,
+    optional_shared_redis,
+    redact_url,
+    sync_redis,
+)
 from scrapy_frontier.deadletter import DeadLetters, item_record
-from scrapy_frontier.connection import ConfigError, node_id_of, optional_shared_redis, redact_url, sync_redis
-from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.keys import Keys
-from scrapy_frontier.pipelines.cache import RedisCachePipeline, item_unchanged, items_stored
+from scrapy_frontier.nodes import node_id_of
+from scrapy_frontier.pipelines.cache import RedisCachePipeline
 from scrapy_frontier.pipelines.validation import ItemRefused
-from scrapy_frontier.schema import DOCUMENTS, SchemaError, document_of, schema_of, to_row, type_name
+from scrapy_frontier.schema import (
+    DOCUMENTS,
+    SchemaError,
+    document_of,
+    schema_of,
+    to_row,
+    type_name,
+)
+from scrapy_frontier.signals import item_unchanged, items_stored
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
 from scrapy_frontier.storage.replay import replay_pending
@@ -62,10 +76,10 @@ class StoragePipeline:
         settings = crawler.settings
         if not read_setting(crawler, "STORAGE_ENABLED", bool, True):
             raise NotConfigured("STORAGE_ENABLED is off")
-        self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, 200, minimum=1)
-        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, 0.0, minimum=0)
-        self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, 60.0, minimum=0)
-        self.mysql_url = settings.get("MYSQL_URL")
+        self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, minimum=1)
+        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, minimum=0)
+        self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, minimum=0)
+        self.mysql_url = setting_or_env(settings, "MYSQL_URL")
         self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         if self.document_key is not None and not isinstance(self.document_key, str):
             fail_at_open(crawler, "Setting STORAGE_DOCUMENT_KEY=%r is not a field name", self.document_key)

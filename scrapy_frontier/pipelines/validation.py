@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import DropItem, NotConfigured
 
-from scrapy_frontier.deadletter import DeadLetters, item_record
+from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import optional_shared_redis
+from scrapy_frontier.deadletter import DeadLetters, item_record
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.observability.logformatter import item_label
 from scrapy_frontier.schema import SchemaError, ValidationError, validate
-from scrapy_frontier.config import read_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

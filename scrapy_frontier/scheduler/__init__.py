@@ -31,7 +31,13 @@ from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier import scrapy_internals
 from scrapy_frontier.config import fail_at_open, read_setting
-from scrapy_frontier.connection import ConfigError, describe_error, redact_url, shared_redis, sync_redis
+from scrapy_frontier.connection import (
+    ConfigError,
+    describe_error,
+    redact_url,
+    shared_redis,
+    sync_redis,
+)
 from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import DedupConfig, DupefilterMismatch, fingerprinter_id
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
@@ -265,7 +271,7 @@ class FrontierScheduler(BaseScheduler):
         while not self._stopping:
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=self._tick())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wakeup.clear()
             if self._stopping:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
@@ -128,7 +128,7 @@ class LeaseBook:
             **failed,
             "attempts": request.meta.get("retry_times", 0) + 1,
             "url": request.url,
-            "failed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "failed_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "node": self.node_id,
         }
         head = json.dumps(record, ensure_ascii=False)[:-1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -39,7 +39,7 @@ def redis_spider_hook(spider: Spider) -> Any | None:
         return None
     if (getattr(method, "__module__", "") or "").startswith("scrapy_redis."):
         return None
-    return getattr(spider, "make_request_from_data")
+    return spider.make_request_from_data
 
 
 class StartUrlIntake:
@@ -91,5 +91,5 @@ class StartUrlIntake:
             "payload": raw[: self.max_bytes].decode("utf-8", "replace"),
             "size": len(raw),
             "node": self.node_id,
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }

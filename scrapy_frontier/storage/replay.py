@@ -15,7 +15,13 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy_frontier import scripts
-from scrapy_frontier.schema import DOCUMENTS, document_from_values, schema_of, to_row, validate
+from scrapy_frontier.schema import (
+    DOCUMENTS,
+    document_from_values,
+    schema_of,
+    to_row,
+    validate,
+)
 
 if TYPE_CHECKING:
     from scrapy_frontier.keys import Keys
