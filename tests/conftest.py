@@ -165,6 +165,20 @@ def mysql_url(mysql_server):
 
 
 @pytest.fixture
+def backend(mysql_url):
+    """A connected MySQLBackend on the test database, with the ``pages`` table."""
+    from crawler.items import Page
+    from scrapy_frontier.schema import schema_of
+    from scrapy_frontier.storage.backends import MySQLBackend
+
+    backend = MySQLBackend(mysql_url)
+    backend.connect()
+    backend.ensure_table(schema_of(Page))
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
 def mysql_query(mysql_server):
     conn, name = mysql_server
 

@@ -9,7 +9,6 @@ import pytest
 
 from crawler.items import Page
 from scrapy_frontier.schema import schema_of, to_row
-from scrapy_frontier.storage.backends import MySQLBackend
 
 EMOJI_TITLE = "Crawl 🕷️ report 𝄞 — ünïcödé"
 BIG_TEXT = ("Lorem ipsum dolor sit amet 🐍 " * 7000)[:200_000]
@@ -79,16 +78,6 @@ def test_invalid_item_is_dropped_counted_and_kept(start_worker, mysql_url, mysql
 def page_row(url: str, title: str = "t") -> tuple:
     page = Page(url=url, status=200, title=title, content_hash="0" * 64, fetched_at=datetime(2026, 1, 1).isoformat() + "+00:00")
     return to_row(page, schema_of(Page))
-
-
-@pytest.fixture
-def backend(mysql_url):
-    """A connected MySQLBackend with the pages table."""
-    backend = MySQLBackend(mysql_url)
-    backend.connect()
-    backend.ensure_table(schema_of(Page))
-    yield backend
-    backend.close()
 
 
 def test_a_row_the_server_refuses_does_not_take_its_batch_down(backend, mysql_query):

@@ -11,7 +11,6 @@ import pytest
 
 from crawler.items import Page
 from scrapy_frontier.schema import schema_of, to_row
-from scrapy_frontier.storage.backends import MySQLBackend
 
 #: Every character pymysql escapes, SQL's own specials, a format marker and non-BMP text.
 NASTY = "a\0b\\c\nd\re\x1af'g\"h%si%%j`k;-- l\\'m 🕷️ 𝄞 é"
@@ -27,15 +26,6 @@ def page(i: int, **fields) -> Page:
     )
     values.update(fields)
     return Page(**values)
-
-
-@pytest.fixture
-def backend(mysql_url):
-    backend = MySQLBackend(mysql_url)
-    backend.connect()
-    backend.ensure_table(schema_of(Page))
-    yield backend
-    backend.close()
 
 
 def read_back(mysql_query):
