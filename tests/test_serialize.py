@@ -123,3 +123,27 @@ def test_oversized_payload_is_refused_before_parsing(spider):
     with pytest.raises(RequestRefused) as info:
         parse(b"http://h/" + b"a" * 10_000_000, spider)
     assert info.value.reason == "too_large"
+
+
+def test_a_request_subclass_keeps_its_class_and_attributes(spider):
+    from scrapy.http import JsonRequest
+
+    request = JsonRequest("http://h/api", data={"b": 1, "a": 2}, dumps_kwargs={"sort_keys": True}, callback=spider.other)
+    back = request_from_json(request_to_json(request, spider), spider)
+    assert type(back) is JsonRequest and back.dumps_kwargs == {"sort_keys": True}
+    assert back.body == request.body and back.method == "POST" and back.callback == spider.other
+
+
+def test_only_what_differs_from_the_defaults_is_written(spider):
+    assert json.loads(request_to_json(Request("http://h/"), spider)) == {"url": "http://h/"}
+
+
+def test_a_refusal_names_the_key(spider):
+    with pytest.raises(RequestRefused, match="meta key 'handle' holds a object") as refused:
+        request_to_json(Request("http://h/", meta={"ok": 1, "handle": object()}), spider)
+    assert refused.value.reason == "not_json"
+    with pytest.raises(RequestRefused, match="cb_kwargs key 'when'") as refused:
+        request_to_json(Request("http://h/", callback=spider.parse, cb_kwargs={"when": {1, 2}}), spider)
+    with pytest.raises(RequestRefused, match="is not a method of spider 's'") as refused:
+        request_to_json(Request("http://h/", callback=lambda r: None), spider)
+    assert refused.value.reason == "callback"
