@@ -97,9 +97,12 @@ class DedupConfig:
         ValueError naming the setting that is wrong."""
         from scrapy_frontier.config import read_value
 
-        capacity = read_value(settings, "DUPEFILTER_BLOOM_CAPACITY", float)
-        if not 1 <= capacity <= 2**40:
-            raise ValueError(f"DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r}: must be between 1 and 2**40")
+        try:  # an int that may be written 1e7
+            capacity = read_value(settings, "DUPEFILTER_BLOOM_CAPACITY", float)
+            if not math.isfinite(capacity):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"Setting DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r} is not a valid int") from None
         return cls(
             mode=read_value(settings, "DUPEFILTER_MODE", str).lower(),
             recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE", float),

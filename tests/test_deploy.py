@@ -38,11 +38,14 @@ PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on
 # What the code offers
 
 
-def code_env_names(package: Path = ROOT / "crawler") -> set[str]:
-    """Environment variables the package reads: ``os.environ.get("X")``, ``os.environ["X"]``,
-    ``os.getenv("X")`` and ``"X" in os.environ``, found in its source."""
+def code_env_names(package: Path = ROOT / "scrapy_frontier") -> set[str]:
+    """Environment variables the package reads: the settings it takes from the environment
+    (``scrapy_frontier.defaults.FROM_ENVIRONMENT``) and any ``os.environ.get("X")``,
+    ``os.environ["X"]``, ``os.getenv("X")`` or ``"X" in os.environ`` found in its source."""
+    from scrapy_frontier.defaults import FROM_ENVIRONMENT
+
     pattern = re.compile(r"""os\.(?:environ\.get|getenv)\(\s*["']([A-Za-z_]\w*)["']|os\.environ\[\s*["']([A-Za-z_]\w*)["']\s*\]|["']([A-Za-z_]\w*)["']\s+in\s+os\.environ""")
-    names = set()
+    names = set(FROM_ENVIRONMENT)
     for path in package.rglob("*.py"):
         for match in pattern.finditer(path.read_text()):
             names.add(next(g for g in match.groups() if g))
@@ -663,7 +666,8 @@ def test_deploy_is_consistent_with_the_code(facts):
 
 
 def test_worker_environment_reaches_the_scrapy_settings():
-    """What the manifests set for a worker is what ``get_project_settings()`` sees."""
+    """What the manifests set for a worker is what a crawl's settings hold: the project's settings
+    once the add-on has applied (it reads the environment)."""
     d = Deployment.load(ROOT)
     image_env = dockerfile_env(d.dockerfile)
     secrets = {s["metadata"]["name"]: s.get("stringData", {}) for s in d.k8s_kind("Secret")}
@@ -674,7 +678,10 @@ def test_worker_environment_reaches_the_scrapy_settings():
             env.update(secrets[source["secretRef"]["name"]])
         env.update({e["name"]: e["value"] for e in container.get("env", [])})
         envs.append((f"k8s {container['name']}", env))
-    script = "import json; from scrapy.utils.project import get_project_settings; s = get_project_settings(); print(json.dumps({k: s.get(k) for k in json.loads(input())}))"
+    script = (
+        "import json; from scrapy.utils.project import get_project_settings; from scrapy_frontier.addon import DistributedAddon; "
+        "s = get_project_settings(); DistributedAddon().update_settings(s); print(json.dumps({k: s.get(k) for k in json.loads(input())}))"
+    )
     base = {k: v for k, v in os.environ.items() if k not in {"SCRAPY_SETTINGS_MODULE"} | {n for _, e in envs for n in e}}
     for where, env in envs:
         env = {k: str(v) for k, v in env.items()}

@@ -233,7 +233,7 @@ def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
     assert len(errors) == 1 and "METRICS_HOST='256.1.1.1'" in errors[0] and "cannot serve metrics there" in errors[0]
     done = run(base, {"LOG_JSON": "maybe"})
     assert done.returncode == 2
-    assert "LOG_JSON='maybe' is not a boolean" in done.stderr and "Traceback" not in done.stderr
+    assert "Setting LOG_JSON='maybe' is not a valid bool" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_metrics_port_values():

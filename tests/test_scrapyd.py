@@ -24,8 +24,9 @@ import pytest
 from tests.conftest import DOCS, FAST, ROOT, HttpServer, free_port, wait_port
 from tests.oracle import reachable_pages
 
-#: What scrapyd-deploy needs to build the egg: the package, setup.py and scrapy.cfg.
-PROJECT_FILES = ("crawler", "setup.py", "scrapy.cfg")
+#: What scrapyd-deploy needs to build the egg: the project, the library, setup.py (with
+#: pyproject.toml and the README it names) and scrapy.cfg.
+PROJECT_FILES = ("crawler", "scrapy_frontier", "setup.py", "pyproject.toml", "README.md", "scrapy.cfg")
 #: A small part of the docs (17 pages reachable from its index) served as a site of its own.
 SUBTREE = "tutorial"
 #: Variables the jobs must get only from schedule.json's settings, never from the test's environment.
@@ -162,18 +163,20 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
     assert len(expected) == 17
 
     answer = deploy(tmp_path / "project", scrapyd.url)
-    assert (answer["status"], answer["project"], answer["spiders"]) == ("ok", "crawler", 1), answer
+    assert (answer["status"], answer["project"], answer["spiders"]) == ("ok", "crawler", 2), answer
     # The egg holds every module the jobs import (and no data files are read from next to them).
     egg = scrapyd.directory / "eggs" / "crawler" / "1.egg"
     with zipfile.ZipFile(egg) as z:
         names = set(z.namelist())
-    sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "crawler").rglob("*.py")}
+    sources = {p.relative_to(ROOT).as_posix() for package in ("crawler", "scrapy_frontier") for p in (ROOT / package).rglob("*.py")}
+    sources |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "scrapy_frontier" / "lua").glob("*.lua")}
     assert sources <= names, sorted(sources - names)
     # ... and the jobs can get them from nowhere else: scrapyd's directory and environment lack them.
-    probe = subprocess.run([sys.executable, "-c", "import crawler"], cwd=scrapyd.directory, env=clean_env(), capture_output=True, text=True)
-    assert probe.returncode != 0 and "No module named 'crawler'" in probe.stderr
+    for package in ("crawler", "scrapy_frontier"):
+        probe = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=scrapyd.directory, env=clean_env(), capture_output=True, text=True)
+        assert probe.returncode != 0 and f"No module named '{package}'" in probe.stderr
     # scrapyd runs the egg to list its spiders.
-    assert scrapyd.api("listspiders.json", [("project", "crawler")])["spiders"] == ["site"]
+    assert scrapyd.api("listspiders.json", [("project", "crawler")])["spiders"] == ["modules", "site"]
 
     settings = {
         **FAST,
@@ -244,7 +247,7 @@ def test_the_images_prebuilt_egg_is_served_and_a_later_deploy_wins(tmp_path):
     server = Scrapyd(directory, clean_env())
     try:
         assert server.api("listprojects.json")["projects"] == ["crawler"]
-        assert server.api("listspiders.json", [("project", "crawler")])["spiders"] == ["site"]
+        assert server.api("listspiders.json", [("project", "crawler")])["spiders"] == ["modules", "site"]
         later = str(int(time.time()))
         assert deploy(tmp_path / "project", server.url, version=later)["status"] == "ok"
         assert server.api("listversions.json", [("project", "crawler")])["versions"] == ["0", later]
