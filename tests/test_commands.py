@@ -8,6 +8,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT
 
 GOOD_PAGE = {"url": "http://h/2", "status": 200, "content_hash": "a" * 64, "fetched_at": "2026-01-01T00:00:00+00:00", "title": "ok"}
@@ -79,6 +81,7 @@ def test_push_checks_payloads_like_a_worker(redis_url, redis_client):
     assert run(["push", "nosuch", "http://x/"], {"REDIS_URL": redis_url}).returncode == 2
 
 
+@pytest.mark.slow
 def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SCHEDULER_PERSIST": "True", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}

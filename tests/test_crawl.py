@@ -20,6 +20,7 @@ def stored_urls_mysql(mysql_query) -> list[str]:
         return []
 
 
+@pytest.mark.slow
 def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, start_worker, tmp_path):
     db = tmp_path / "crawl.sqlite3"
     worker = start_worker(settings={"SQLITE_PATH": str(db)}, args=["-a", f"url={docs_site.url}index.html"])
@@ -31,6 +32,7 @@ def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, s
     assert "Warning" not in worker.output and "Traceback" not in worker.output
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     workers = [start_worker(settings=DISTRIBUTED, env=env) for _ in range(2)]
@@ -51,6 +53,7 @@ def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, re
     assert not redis_client.exists("site:dupefilter", "site:requests")
 
 
+@pytest.mark.slow
 def test_same_crawl_in_redis_cache(docs_site, start_worker, redis_url, redis_client, tmp_path):
     """Distributed mode without MYSQL_URL stores in SQLite and caches every page in Redis."""
     db = tmp_path / "crawl.sqlite3"
@@ -113,6 +116,7 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
     assert "Traceback" not in worker.output
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("persist", ["True", "False"])
 def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
@@ -196,6 +200,7 @@ def test_bad_url_argument_stops_with_exit_status_2(url, start_worker):
     assert "Refused -a url=" in worker.output and "Traceback" not in worker.output
 
 
+@pytest.mark.slow
 def test_cache_never_skips_an_item_the_database_did_not_get(docs_site, start_worker, redis_url, mysql_url, mysql_query):
     """A crawl with storage off fills the cache; the next crawl must still store every page,
     and only a third crawl, with the pages unchanged, skips the writes."""

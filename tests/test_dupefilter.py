@@ -171,6 +171,7 @@ def test_worker_refuses_a_dupefilter_of_another_fingerprinter(start_worker, redi
     assert redis_client.hget(KEYS.dupefilter_meta, "probe") == b"0" * 40  # left as it was
 
 
+@pytest.mark.slow
 def test_forget_command_recrawls_a_page(docs_site, start_worker, redis_url, redis_client, tmp_path):
     db = tmp_path / "crawl.sqlite3"
     settings = {**DISTRIBUTED, "SCHEDULER_PERSIST": "True", "SQLITE_PATH": str(db), "DEPTH_LIMIT": "1"}

@@ -16,6 +16,9 @@ import pytest
 from tests.conftest import DOCS, ROOT, HttpServer
 from tests.oracle import reachable_pages
 
+#: Whole crawls with servers stopped, killed or installed: minutes (pytest -m "not slow" skips them).
+pytestmark = pytest.mark.slow
+
 SLOW = {"MAX_IDLE_TIME_BEFORE_CLOSE": "4", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
 
 

@@ -79,6 +79,7 @@ def max_in_window(times: list[float], window: float = 1.0) -> int:
     return best
 
 
+@pytest.mark.slow
 def test_three_workers_share_one_rate_limit(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.11", pages=60)
     settings = {**FAST, "DOMAIN_RATE_LIMIT": "5"}
@@ -93,6 +94,7 @@ def test_three_workers_share_one_rate_limit(recording_server, start_workers, red
     assert sum(1 for w in workers if w.stat("item_scraped_count")) >= 2
 
 
+@pytest.mark.slow
 def test_live_override_reaches_every_worker_within_5_seconds(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.12", pages=400)
     workers = start_workers(2, settings={**FAST, "DOMAIN_RATE_LIMIT": "20"}, env={"REDIS_URL": redis_url})
@@ -135,6 +137,7 @@ def test_retry_after_pauses_the_host_for_every_worker(rate, recording_server, st
     assert any("Slowing 127.0.0.13 down for every worker (HTTP 429)" in w.output for w in workers)
 
 
+@pytest.mark.slow
 def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.14", pages=7, robots="User-agent: *\nDisallow: /private\nCrawl-delay: 2\n")
     settings = {**FAST, "ROBOTSTXT_OBEY": "True"}

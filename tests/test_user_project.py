@@ -28,6 +28,9 @@ import pytest
 
 from tests.conftest import FAST, ROOT, Worker
 
+#: Whole crawls with servers stopped, killed or installed: minutes (pytest -m "not slow" skips them).
+pytestmark = pytest.mark.slow
+
 SPIDERS_DIR = Path(__file__).parent / "fixtures" / "user_project"
 #: The user's project package; anything but ``crawler``, this repository's own project.
 PROJECT = "shop"
