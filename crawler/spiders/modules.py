@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import scrapy
-from scrapy.exceptions import CloseSpider
 
 from crawler.items import Module
-from scrapy_frontier.config import CONFIG_ERROR
-from scrapy_frontier.serialize import RequestRefused, check_url
+from crawler.spiders import checked_start_urls, url_argument
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -30,19 +28,10 @@ class ModulesSpider(scrapy.Spider):
 
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.start_urls = (url.split() or [url]) if url is not None else []
+        self.start_urls = url_argument(url)
 
     async def start(self) -> AsyncIterator[Any]:
-        if not self.start_urls and not self.settings.get("REDIS_URL"):
-            self.logger.error("No start URL: run `scrapy crawl modules -a url=https://host/py-modindex.html` (or set REDIS_URL and push to %s:start_urls)", self.name)
-            raise CloseSpider(CONFIG_ERROR)
-        urls = []
-        for url in self.start_urls:
-            try:
-                urls.append(check_url(url))
-            except RequestRefused as exc:
-                self.logger.error("Refused -a url=%r: %s", url, exc)
-                raise CloseSpider(CONFIG_ERROR) from None
+        urls = checked_start_urls(self, "scrapy crawl modules -a url=https://host/py-modindex.html")
         for url in urls:
             yield scrapy.Request(url, callback=self.parse)
 

@@ -8,14 +8,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urlsplit
 
 import scrapy
-from scrapy.exceptions import CloseSpider
 from scrapy.http import HtmlResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
 from crawler.items import Page
-from scrapy_frontier.config import CONFIG_ERROR
-from scrapy_frontier.serialize import RequestRefused, check_url
+from crawler.spiders import checked_start_urls, url_argument
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
@@ -42,24 +40,11 @@ class SiteSpider(scrapy.Spider):
 
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.start_urls = url.split() if url is not None else []
-        if url is not None and not self.start_urls:
-            self.start_urls = [url]  # -a url='' is refused in start(), not silently ignored
+        self.start_urls = url_argument(url)
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
 
     async def start(self) -> AsyncIterator[Any]:
-        if not self.start_urls and not self.settings.get("REDIS_URL"):
-            self.logger.error("No start URL: run `scrapy crawl site -a url=https://host/` (or set REDIS_URL and push to %s:start_urls)", self.name)
-            raise CloseSpider(CONFIG_ERROR)
-        urls = []
-        for url in self.start_urls:
-            try:
-                urls.append(check_url(url))
-            except RequestRefused as exc:
-                self.logger.error("Refused -a url=%r: %s", url, exc)
-                self.crawler.stats.inc_value(f"start_urls/refused/{exc.reason}")
-        if len(urls) < len(self.start_urls):
-            raise CloseSpider(CONFIG_ERROR)  # a mistyped command line: stop, exit status 2
+        urls = checked_start_urls(self, "scrapy crawl site -a url=https://host/")
         for url in urls:
             yield scrapy.Request(url, callback=self.parse)
 

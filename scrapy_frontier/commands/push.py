@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     import redis
 
-from scrapy_frontier.keys import Keys
+    from scrapy_frontier.keys import Keys
 
 
 class Command(RedisCommand):
