@@ -10,7 +10,7 @@ setting stops the crawl at start) in every project where the package is installe
 
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 EGG = "bdist_egg" in sys.argv
 COMMANDS = ["crawl", "status", "push", "requeue", "replay", "forget"]
@@ -19,8 +19,9 @@ if EGG:
     entry_points["scrapy"] = ["settings = crawler.settings"]
 
 setup(
-    packages=find_packages(include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else [])),
-    package_data={"scrapy_frontier": ["lua/*.lua", "py.typed"]},
+    # Namespace discovery so that scrapy_frontier/lua (data, no __init__.py) is a package of its own.
+    packages=find_namespace_packages(include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else []), exclude=["*.__pycache__"]),
+    package_data={"scrapy_frontier": ["py.typed"], "scrapy_frontier.lua": ["*.lua"]},
     entry_points=entry_points,
     zip_safe=False,
     options={"build": {"build_base": "build/egg"}} if EGG else {},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: The crawlers a component has stopped at open (:func:`fail_at_open`).
+_failed: weakref.WeakSet[Any] = weakref.WeakSet()
+
 #: ``finish_reason`` of a crawl closed because a component could not use its settings;
 #: ``scrapy crawl`` then exits with status 2.
 CONFIG_ERROR = "config_error"
@@ -30,11 +34,18 @@ def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
     one raised from the scheduler's ``open`` skips opening the scraper and logs a traceback.
     """
     logger.error(msg, *args)
+    _failed.add(crawler)
 
     def close_now(spider: Any) -> None:
         raise CloseSpider(CONFIG_ERROR)
 
     crawler.signals.connect(close_now, signals.spider_opened, weak=False)
+
+
+def failed_at_open(crawler: Crawler) -> bool:
+    """Whether a component of ``crawler`` has called :func:`fail_at_open`: the crawl stops as soon
+    as it opens, so nothing should join a shared crawl or write to Redis meanwhile."""
+    return crawler in _failed
 
 
 def setting_or_env(settings: BaseSettings, name: str) -> Any:

@@ -2,8 +2,7 @@
 (as scrapy-redis's ``defaults.py``). docs/settings.md documents each one.
 
 :func:`scrapy_frontier.config.read_setting` takes its defaults from :data:`SETTINGS`; the add-on
-(:mod:`scrapy_frontier.addon`) puts them in a crawl's settings at Scrapy's ``default`` priority,
-so ``scrapy settings --get NAME`` shows them too.
+(:mod:`scrapy_frontier.addon`) puts them in a crawl's settings at Scrapy's ``default`` priority.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from scrapy_frontier.config import setting_or_env
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -46,7 +47,7 @@ class RedisCommand(ScrapyCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except redis.exceptions.RedisError as exc:
-            return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         error = crawl_id_error(str(self.settings.get("CRAWL_ID") or "").strip())
         if error:
             return self._fail(error)

@@ -232,10 +232,22 @@ def validate(item: Any) -> list[str]:
     """Check ``item`` against its schema, truncating over-long ``truncate`` fields in place.
 
     Returns the names of the truncated fields when the item may be stored; raises the first
-    :class:`ValidationError` otherwise. An item without a schema passes unchanged.
+    :class:`ValidationError` otherwise. An item without a schema is stored as a JSON document:
+    it passes unchanged when JSON can hold every value, else raises reason ``not_json`` naming
+    the first field that JSON cannot hold.
     """
     schema = schema_of(item)
     if schema is None:
+        values = item if isinstance(item, dict) else ItemAdapter(item).asdict()
+        try:
+            canonical_json(values)
+        except (TypeError, ValueError):
+            for name, value in values.items():
+                try:
+                    canonical_json(value)
+                except (TypeError, ValueError):
+                    raise ValidationError(str(name), "not_json", f"holds a {type(value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)") from None
+            raise ValidationError("", "not_json", "the item is not JSON-serializable") from None
         return []
     values = item_values(item)
     truncated = []

@@ -57,3 +57,12 @@ def test_row_serializes_lists_and_utc_datetimes():
 
 def test_deploy_schema_matches_the_items():
     assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(crawler.items), "regenerate it as docs/items.md says"
+
+
+def test_an_item_without_a_schema_must_hold_json_values():
+    from scrapy_frontier.schema import ValidationError, validate
+
+    assert validate({"url": "http://h/", "n": 1, "tags": ["a"]}) == []
+    with pytest.raises(ValidationError, match="holds a object") as refused:
+        validate({"url": "http://h/", "handle": object()})
+    assert (refused.value.field, refused.value.reason) == ("handle", "not_json")

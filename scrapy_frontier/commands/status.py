@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import redis as redis_module
 from scrapy.settings import Settings
 
+from scrapy_frontier.config import setting_or_env
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -117,7 +118,7 @@ class Command(RedisCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except redis_module.exceptions.RedisError as exc:
-            return self._fail(f"REDIS_URL {redact_url(self.settings.get('REDIS_URL'))}: {describe_error(exc)}")
+            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         if opts.json:
             print(json.dumps({"crawls": crawls}, ensure_ascii=False), flush=True)
             return None

@@ -30,7 +30,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier import scrapy_internals
-from scrapy_frontier.config import fail_at_open, read_setting
+from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -132,6 +132,8 @@ class FrontierScheduler(BaseScheduler):
         if batch:
             self.start_batch = int(batch)
         url = settings.get("REDIS_URL")
+        if failed_at_open(self.crawler):
+            return  # a setting already stops the crawl: join nothing, write nothing
         try:
             client = shared_redis(self.crawler)
             await client.ping()
@@ -184,20 +186,28 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.heartbeat.start()
-        try:
-            await client.sadd(settings.get("CRAWLS_KEY") or CRAWLS_KEY, self.keys.crawl)
-        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
-            logger.warning("Could not record the crawl in %s (%s); scrapy status lists it once a worker can", CRAWLS_KEY, describe_error(exc))
         logger.info("Joined the crawl %r on %s as node %s", self.keys.crawl, redact_url(url), self.node_id)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
             # worker that dies loses them); here the frontier takes them under lease instead.
             self.crawler.signals.disconnect(spider.spider_idle, signals.spider_idle)
             logger.info("%s: start URLs come from %s through the frontier (scrapy-redis's own reading is off)", type(spider).__name__, self.keys.start_urls)
+        self.crawler.signals.connect(self._record_crawl, signals.spider_opened)
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
         scrapy_internals.after_scrape(self.crawler, self.leases.scraped)
         self._task = self._loop.create_task(self._run())
+
+    async def _record_crawl(self) -> None:
+        """Add this crawl to ``scrapy-frontier:crawls`` once every component has opened without a
+        setting stopping the crawl (``scrapy status`` lists the crawls there)."""
+        if failed_at_open(self.crawler) or self.frontier is None:
+            return
+        registry = self.crawler.settings.get("CRAWLS_KEY") or CRAWLS_KEY
+        try:
+            await self.frontier.redis.sadd(registry, self.keys.crawl)
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+            logger.warning("Could not record the crawl in %s (%s); scrapy status lists it once a worker can", registry, describe_error(exc))
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
