@@ -49,7 +49,9 @@ COMMON = {
     "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
     "STATS_CLASS": "bench.timing.TimingStats",
 }
-PIPELINES_OFF = {"ITEM_PIPELINES": "{}"}
+#: Item pipelines off: the add-on's switches (it adds its pipelines to ITEM_PIPELINES as a
+#: project's own entries would be added), and no project pipeline either.
+PIPELINES_OFF = {"ITEM_PIPELINES": "{}", "VALIDATION_ENABLED": "False", "REDIS_CACHE_ENABLED": "False", "STORAGE_ENABLED": "False"}
 #: scrapy-redis 0.9.1 with its own scheduler, dupefilter and start-URL feeding; see
 #: bench/scrapy_redis_spider.py for what it needs on Scrapy 2.19.
 SCRAPY_REDIS = {
