@@ -150,7 +150,7 @@ class Observability:
         if self.enabled:
             await self._serve()
         if self.crawler.settings.get("REDIS_URL"):
-            keys = Keys.for_spider(self.crawler.settings, spider.name)
+            keys = Keys.for_spider(self.crawler.settings, spider.name, type(spider))
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final
                 # totals are being written.

@@ -146,7 +146,7 @@ class FrontierScheduler(BaseScheduler):
         except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
-        if self.dedup is None or crawl_id_error(str(settings.get("CRAWL_ID") or "").strip()):
+        if self.dedup is None:
             return
         try:
             if await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter):
