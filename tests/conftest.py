@@ -1,8 +1,9 @@
 """Fixtures: real servers on loopback.
 
 - ``docs_site``: Debian's python3.11-doc HTML served by a Python HTTP server on 127.0.0.x.
-- ``redis_url``: the machine's Redis, database ``TEST_REDIS_DB`` (default 13); each test deletes
-  only the keys of its own spider names before and after it runs.
+- ``redis_url``: the machine's Redis, database ``TEST_REDIS_DB`` (default 13) plus the index of the
+  pytest-xdist worker (``tests/run.sh`` runs 3: databases 13, 14 and 15); each test deletes only the
+  keys of its own spider names before and after it runs.
 - ``mysql_url``: the machine's MariaDB, a database of the test session's own, dropped at the end.
 - ``crawl()`` / ``start_worker()``: real ``scrapy crawl`` processes.
 """
@@ -28,7 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = Path(os.environ.get("DOCS_DIR", "/usr/share/doc/python3.11/html"))
 REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))
-REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13"))
+#: pytest-xdist runs tests in parallel processes (gw0, gw1, ...): each has a Redis database of its own,
+#: so two tests using the same spider name never share keys.
+XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13")) + XDIST_WORKER
 MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
@@ -71,6 +75,12 @@ class HttpServer:
         for match in re.finditer(r'"GET (\S+) HTTP', self.log.read_text(errors="replace")):
             counts[match.group(1)] = counts.get(match.group(1), 0) + 1
         return counts
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow tests first: the parallel workers (pytest-xdist) then end together instead of one of
+    them finishing a long test alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

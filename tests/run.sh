@@ -25,7 +25,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# The tests use Redis database 13 (only the keys of the spiders named in conftest.SPIDERS) and a
+# The tests use Redis databases 13-15 (only the keys of the spiders named in conftest.SPIDERS) and a
 # MariaDB database of their own, created and dropped by the test session. Start the servers if they are down.
 if ! redis-cli -h "${TEST_REDIS_HOST:-127.0.0.1}" -p "${TEST_REDIS_PORT:-6379}" ping >/dev/null 2>&1; then
   echo "tests/run.sh: starting redis-server on 127.0.0.1:6379 (no persistence)"
@@ -46,4 +46,6 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requireme
 fi
 # Lint first (rules in pyproject.toml): a failure stops the run with the file and line.
 .venv/bin/ruff check --quiet .
-CI="${CI:-}" exec .venv/bin/python -m pytest "$@"
+# Three test processes (pytest-xdist; each its own Redis database, see tests/conftest.py): most tests
+# wait on crawls and servers, so three share two cores well. TEST_WORKERS=0 runs them in this process.
+CI="${CI:-}" exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" "$@"
