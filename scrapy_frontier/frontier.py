@@ -191,7 +191,13 @@ class Frontier:
         """Return these leased requests of this node to the frontier (they were not started)."""
         if not payloads:
             return 0
-        return int(await self._unlease(keys=[self.keys.slots, self.lease_key], args=[self.keys.queue_prefix, now_ms(), self.keys.politeness_prefix, *payloads]))
+        k = self.keys
+        return int(await self._unlease(keys=[k.slots, self.lease_key, k.start_urls], args=[k.queue_prefix, now_ms(), k.politeness_prefix, START_LEASE_PREFIX, self._as_set, *payloads]))
+
+    async def lease_fields(self) -> set[bytes]:
+        """The fields of this node's lease hash: every lease Redis holds for it (request payloads,
+        and :data:`START_PREFIX` + raw for start URLs)."""
+        return set(await self.redis.hkeys(self.lease_key))
 
     async def take_start_urls(self, n: int) -> list[bytes]:
         """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.

@@ -158,3 +158,17 @@ def test_unlease_returns_only_the_given_requests(redis_url):
 
     held, again = run(with_frontier(redis_url, go))
     assert len(held) == 1 and len(again) == 1 and held[0] != again[0]
+
+
+def test_unlease_gives_an_orphaned_start_url_back(redis_url):
+    # A start URL taken by a script whose reply was lost: the worker finds it among its lease
+    # fields without knowing it, and gives it back to the start URLs.
+    async def go(f, r):
+        await r.lpush(KEYS.start_urls, b"http://s/1")
+        await f.take_start_urls(5)
+        held = await f.lease_fields()
+        assert held == {START_PREFIX + b"http://s/1"}
+        assert await f.unlease(sorted(held)) == 1
+        return await r.lrange(KEYS.start_urls, 0, -1), await f.lease_fields()
+
+    assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], set())

@@ -1,18 +1,27 @@
--- frontier_unlease: give back some of this node's leases (requests it took but will not start)
--- to their hosts' queues.
--- KEYS[1] slots index (<spider>:requests), KEYS[2] this node's lease hash
+-- frontier_unlease: give back some of this node's leases (requests it took but will not start,
+-- or leases it does not know it holds: a lease script whose reply was lost) to where they came
+-- from: a request to its host's queue, a raw start URL to the start URLs.
+-- KEYS[1] slots index (<spider>:requests), KEYS[2] this node's lease hash, KEYS[3] start URLs
+-- (list or set)
 -- ARGV[1] queue prefix (+ host), ARGV[2] now (Unix ms), ARGV[3] politeness prefix (+ host),
--- ARGV[4...] lease fields (payloads)
+-- ARGV[4] lease field prefix of a raw start URL, ARGV[5] start URLs as a set (1/0),
+-- ARGV[6...] lease fields (payloads, or the start prefix + a raw start URL)
 -- Returns how many were leased and given back.
 local n = 0
-for i = 4, #ARGV do
+local start_prefix = ARGV[4]
+for i = 6, #ARGV do
   local val = redis.call('HGET', KEYS[2], ARGV[i])
   if val then
     local tab = string.find(val, '\t', 1, true)
     local host = string.sub(val, tab + 1)
-    redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
-    redis.call('ZADD', KEYS[1], 'NX', ARGV[2], host)
-    redis.call('HINCRBY', ARGV[3] .. host, 'inflight', -1)
+    if host == '' then
+      local raw = string.sub(ARGV[i], #start_prefix + 1)
+      if ARGV[5] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
+    else
+      redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
+      redis.call('ZADD', KEYS[1], 'NX', ARGV[2], host)
+      redis.call('HINCRBY', ARGV[3] .. host, 'inflight', -1)
+    end
     redis.call('HDEL', KEYS[2], ARGV[i])
     n = n + 1
   end

@@ -60,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 _REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
 _PUSH_BATCH = 1000
+#: Seconds between two checks that Redis holds no lease this worker does not know of.
+_RECONCILE_INTERVAL = 30.0
 
 
 class FrontierScheduler(BaseScheduler):
@@ -111,6 +113,7 @@ class FrontierScheduler(BaseScheduler):
         self._next_poll = 0.0
         self._idle_since: float | None = None
         self._outage_since: float | None = None
+        self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
         self._started = time.time()
 
     @classmethod
@@ -320,11 +323,27 @@ class FrontierScheduler(BaseScheduler):
                 # a host is queued but not due yet (politeness): come back when it is
                 delay = min(delay, max(0.005, (due - now_ms()) / 1000))
             self._next_poll = time.monotonic() + delay
+        if self._outage_since is not None or time.monotonic() >= self._next_reconcile:
+            await self._reconcile()
         await self._check_idle()
         if self._outage_since is not None:
             logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
             self.stats.set_value("frontier/redis_errors", 0)
+
+    async def _reconcile(self) -> None:
+        """Give back the leases Redis holds for this node that the node does not know of. A
+        script runs even when its reply is lost (the connection drops after Redis executed it,
+        or redis-py retries a call that had run): those requests sit under this live node's
+        lease, never started, never reclaimed, and the crawl would never end."""
+        self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
+        held = await self.frontier.lease_fields()
+        # Read after the await: a lease acknowledged meanwhile moved from the book to to_ack.
+        unknown = held - self.leases.payloads() - set(self.leases.to_ack)
+        if unknown:
+            returned = await self.frontier.unlease(sorted(unknown))
+            self.stats.inc_value("frontier/orphans_returned", returned)
+            logger.warning("Returned %d leases this node held in Redis without knowing (a reply lost to a Redis error) to the frontier", returned)
 
     async def _give_back_unstarted(self) -> None:
         if not self._local:

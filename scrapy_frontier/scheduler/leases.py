@@ -67,6 +67,10 @@ class LeaseBook:
     def __len__(self) -> int:
         return len(self._leases)
 
+    def payloads(self) -> set[bytes]:
+        """The lease payloads this worker holds."""
+        return set(self._leases)
+
     def take(self, payload: bytes, request: Request) -> None:
         """Record that ``request`` (rebuilt from ``payload``) is leased by this worker."""
         request.meta[LEASE_META] = payload
