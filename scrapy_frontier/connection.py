@@ -1,12 +1,25 @@
-"""Redis connections from settings (``REDIS_URL``, ``REDIS_PARAMS``, as scrapy-redis), and URL redaction."""
+"""Redis connections from settings (``REDIS_URL``, ``REDIS_PARAMS``, as scrapy-redis), and URL redaction.
+
+``REDIS_URL`` names a single Redis (``redis://``, ``rediss://`` for TLS, ``unix://``; an ACL
+user as ``redis://user:password@host``), any node of a Redis Cluster (detected from ``INFO
+cluster``, or declared with ``REDIS_CLUSTER=True``: the client is redis-py's ``RedisCluster``,
+which follows ``MOVED`` and ``ASK`` and retries ``TRYAGAIN``), or a Sentinel-guarded primary:
+``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>]``
+(``rediss+sentinel://`` for TLS), through redis-py's ``Sentinel``, which finds the primary
+again after a failover. The password of the URL is the data nodes'; sentinels that need one
+of their own take it from ``REDIS_PARAMS["sentinel_kwargs"]``.
+"""
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.maint_notifications import MaintNotificationsConfig
 
 from scrapy_frontier.config import setting_or_env
@@ -60,6 +73,8 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     except ValueError as exc:
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
     db = parts.path.strip("/")
+    if parts.scheme not in ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel"):
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, redis+sentinel or rediss+sentinel")
     if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
         # redis-py would silently fall back to database 0, another crawl's perhaps.
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: the database {db!r} is not a number")
@@ -73,22 +88,143 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     return url, params
 
 
-def async_redis(settings: BaseSettings) -> redis.asyncio.Redis:
-    """An asyncio client for the reactor thread. Raises :class:`ConfigError` for a malformed URL."""
-    url, params = _params(settings)
+#: REDIS_URL -> whether it names a Redis Cluster, as found by :func:`detect_cluster` (or
+#: :func:`sync_redis`) in this process.
+_cluster_urls: dict[str, bool] = {}
+
+
+def _declared_cluster(settings: BaseSettings, url: str) -> bool | None:
+    declared = settings.get("REDIS_CLUSTER")
+    if declared is None or declared == "":
+        return _cluster_urls.get(url)
     try:
-        return redis.asyncio.Redis.from_url(url, **params)
+        return settings.getbool("REDIS_CLUSTER")
+    except ValueError:
+        raise ConfigError(f"REDIS_CLUSTER={declared!r:.50} is not a boolean (True, False or unset to detect it)") from None
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
+    """``(sentinels, master name, connection arguments)`` of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rsplit("@", 1)[-1]
+    sentinels = []
+    for item in hosts.split(","):
+        if item.startswith("["):  # [IPv6]:port
+            host, _, port = item[1:].partition("]")
+            port = port.lstrip(":")
+        else:
+            host, _, port = item.partition(":")
+        try:
+            sentinels.append((host, int(port or 26379)))
+        except ValueError:
+            raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: sentinel {item!r} has no valid port") from None
+        if not host:
+            raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: a sentinel without a host")
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} names no master: redis+sentinel://host:port[,host:port]/<master name>[/<db>]")
+    kwargs: dict[str, Any] = {}
+    if len(path) > 1:
+        if not path[1].isdigit():
+            raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: the database {path[1]!r} is not a number")
+        kwargs["db"] = int(path[1])
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password is not None:
+        kwargs["password"] = unquote(parts.password)
+    if parts.scheme.startswith("rediss"):
+        kwargs["ssl"] = True
+    return sentinels, path[0], kwargs
+
+
+def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
+    url, params = _params(settings)
+    lib: Any = redis.asyncio if asyncio_client else redis
+    try:
+        if url.startswith(("redis+sentinel://", "rediss+sentinel://")):
+            sentinels, master, kwargs = _sentinel_parts(url)
+            sentinel_kwargs = params.pop("sentinel_kwargs", None)
+            params.pop("maint_notifications_config", None)
+            sentinel = lib.sentinel.Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **{**params, **kwargs})
+            return sentinel.master_for(master)
+        cluster = _declared_cluster(settings, url)
+        if cluster is None and not asyncio_client:
+            cluster = _probe_cluster(url, redis.Redis.from_url(url, **params))
+        if cluster:
+            params.pop("db", None)  # a cluster has database 0 only
+            cls = redis.asyncio.RedisCluster if asyncio_client else redis.RedisCluster
+            if asyncio_client:
+                # The asyncio cluster client takes no **kwargs: leave out what it does not know
+                # (retry_on_timeout: it retries timeouts itself).
+                accepted = inspect.signature(cls.__init__).parameters
+                params = {k: v for k, v in params.items() if k in accepted}
+            return cls.from_url(url, **params)
+        return lib.Redis.from_url(url, **params)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+
+
+def _probe_cluster(url: str, client: redis.Redis) -> bool:
+    """Whether ``url``'s server is a cluster node (remembered); an unreachable one counts as
+    not, unremembered: the client made for it then reports the error where it is used."""
+    try:
+        found = _cluster_urls[url] = bool(client.info("cluster").get("cluster_enabled"))
+    except redis.exceptions.ResponseError:
+        found = _cluster_urls[url] = False  # a server without INFO cluster (an old Redis, a proxy)
+    except (redis.exceptions.RedisError, OSError):
+        found = False
+    finally:
+        client.close()
+    return found
+
+
+def async_redis(settings: BaseSettings) -> redis.asyncio.Redis:
+    """An asyncio client for the reactor thread: a ``Redis``, a ``RedisCluster`` (declared by
+    ``REDIS_CLUSTER``, or found by :func:`detect_cluster` earlier in this process) or a
+    Sentinel's primary. Raises :class:`ConfigError` for a malformed URL."""
+    return _client(settings, True)
 
 
 def sync_redis(settings: BaseSettings) -> redis.Redis:
-    """A blocking client, for commands that run outside the reactor."""
-    url, params = _params(settings)
+    """A blocking client, for commands and threads that run outside the reactor (a cluster is
+    detected here with one ``INFO cluster`` unless ``REDIS_CLUSTER`` says)."""
+    return _client(settings, False)
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, (redis.RedisCluster, redis.asyncio.RedisCluster))
+
+
+async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
+    """The crawler's shared client, replaced by a ``RedisCluster`` when ``REDIS_URL`` turns out
+    to name a node of a Redis Cluster (``INFO cluster``, asynchronously: the scheduler calls
+    this at open, before any other component uses the client). Later clients made from the
+    same settings in this process are cluster clients too."""
+    client = shared_redis(crawler)
+    url = setting_or_env(crawler.settings, "REDIS_URL")
+    if is_cluster(client) or _declared_cluster(crawler.settings, url) is not None or url.startswith(("redis+sentinel", "rediss+sentinel")):
+        return client
     try:
-        return redis.Redis.from_url(url, **params)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+        info = await client.info("cluster")
+        found = bool(info.get("cluster_enabled"))
+    except redis.exceptions.ResponseError:
+        found = False
+    _cluster_urls[url] = found
+    if found:
+        _shared.pop(id(crawler), None)
+        await client.aclose()
+        client = shared_redis(crawler)
+        await ready(client)
+    return client
+
+
+async def ready(client: Any) -> None:
+    """Read a cluster client's slot map now: redis-py's asyncio ``RedisCluster`` reads it on
+    first use, and concurrent first uses (a page's pushes to several shards at once) race on it
+    (connections closed under a command: ``'NoneType' object has no attribute 'writelines'``)."""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        await client.initialize()
 
 
 def describe_error(exc: BaseException) -> str:
@@ -107,8 +243,9 @@ def shared_redis(crawler: Any) -> redis.asyncio.Redis:
         client = _shared[key] = async_redis(crawler.settings)
 
         async def close() -> None:
-            if _shared.pop(key, None) is not None:
-                await client.aclose()
+            shared = _shared.pop(key, None)
+            if shared is not None:
+                await shared.aclose()
 
         from scrapy import signals
 

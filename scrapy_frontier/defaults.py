@@ -25,12 +25,16 @@ SETTINGS: dict[str, Any] = {
     # Connections (scrapy-redis names).
     "REDIS_URL": None,
     "REDIS_PARAMS": {},
+    # None: detected from INFO cluster; True/False: declared.
+    "REDIS_CLUSTER": None,
     "MYSQL_URL": None,
     "SQLITE_PATH": "crawl.sqlite3",
     # A crawl's name in Redis: keys are <spider>:... or, with CRAWL_ID, <spider>@<crawl id>:...
     "CRAWL_ID": "",
     # The frontier and its scheduler.
     "FRONTIER_PREFETCH": 0,
+    # None: unsharded on a single Redis, dupefilter.CLUSTER_SHARDS on a Redis Cluster.
+    "FRONTIER_SHARDS": None,
     "FRONTIER_HEARTBEAT_INTERVAL": 5.0,
     "FRONTIER_NODE_TIMEOUT": 0.0,
     "FRONTIER_POLL_MAX": 1.0,

@@ -28,7 +28,7 @@ whole site again (rmax/scrapy-redis#272).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
@@ -84,6 +84,13 @@ class DedupConfig:
         if self.mode == "bloom":
             return "bloom"
         return "zset" if self.recrawl_age else "set"
+
+    def per_shard(self, shards: int) -> DedupConfig:
+        """The config of one of ``shards`` dupefilter shards: each first Bloom filter sized for
+        its share of ``capacity``."""
+        if shards <= 1:
+            return self
+        return replace(self, capacity=max(1, -(-self.capacity // shards)))
 
     def lua_args(self, now: int) -> list[Any]:
         """The values of the dedup check's locals (``lua/dupefilter_seen.lua``), in order:
@@ -190,6 +197,27 @@ async def claim(redis: AsyncRedis, keys: Keys, config: DedupConfig, fingerprinte
     return True
 
 
+#: Shards of a new crawl on a Redis Cluster when ``FRONTIER_SHARDS`` is not set: enough to
+#: spread the hosts over a few masters evenly, few enough that a worker visits them all often.
+CLUSTER_SHARDS = 16
+
+
+async def record_shards(redis: AsyncRedis, keys: Keys, wanted: int) -> int:
+    """The crawl's frontier shard count, recorded in ``<spider>:dupefilter:meta`` (field
+    ``shards``) by the first worker so every worker agrees: ``wanted`` for a new crawl, 0 for a
+    crawl whose unsharded keys already exist (started before sharding, or by scrapy-redis).
+    HSETNX: two workers starting together agree. Returns the recorded count."""
+    stored = await redis.hget(keys.dupefilter_meta, "shards")
+    if stored is None:
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in (keys.dupefilter, keys.queue, keys.bloom):
+                pipe.exists(key)
+            legacy = any(await pipe.execute())
+        await redis.hsetnx(keys.dupefilter_meta, "shards", 0 if legacy else wanted)
+        stored = await redis.hget(keys.dupefilter_meta, "shards")
+    return int(stored)
+
+
 class Dupefilter:
     """Check-and-add and forget on the shared dupefilter, outside the frontier's push (for the
     ``forget`` command, benchmarks and tests). Works with a sync or an asyncio client: methods
@@ -201,15 +229,19 @@ class Dupefilter:
         self._dedup = redis.register_script(source("dupefilter_add", SEGMENT_BITS=SEGMENT_BITS))
         self._forget = redis.register_script(source("dupefilter_forget"))
 
-    def add(self, fingerprints: Sequence[str], now: int) -> Any:
-        """Check and record hex ``fingerprints``: a list of 1 (new) / 0 (seen), in order."""
-        k = self.keys
-        return self._dedup(keys=[k.dupefilter, k.forgotten, k.bloom], args=[*self.config.lua_args(now), k.bloom_bits_prefix, *fingerprints])
+    def add(self, fingerprints: Sequence[str], now: int = 0, shard: int = 0) -> Any:
+        """Check and record hex ``fingerprints`` in dupefilter ``shard``: a list of 1 (new) / 0
+        (seen), in order. ``now`` (Unix ms) stands for the server's time when given (tests)."""
+        sh = self.keys.shard(shard)
+        config = self.config.per_shard(max(1, self.keys.shards))
+        return self._dedup(keys=[sh.dupefilter, sh.forgotten, sh.bloom], args=[*config.lua_args(now), sh.bloom_bits_prefix, *fingerprints])
 
-    def forget(self, fingerprints: Sequence[str]) -> Any:
-        """Let these fingerprints through the dupefilter once more. Returns how many the exact
-        layouts knew (a Bloom filter cannot tell: every one counts)."""
-        return self._forget(keys=[self.keys.dupefilter, self.keys.forgotten], args=[self.config.layout, *fingerprints])
+    def forget(self, fingerprints: Sequence[str], shard: int = 0) -> Any:
+        """Let these fingerprints through dupefilter ``shard`` once more (a URL's shard is its
+        host's: :meth:`Keys.shard_of <scrapy_frontier.keys.Keys.shard_of>`). Returns how many the
+        exact layouts knew (a Bloom filter cannot tell: every one counts)."""
+        sh = self.keys.shard(shard)
+        return self._forget(keys=[sh.dupefilter, sh.forgotten], args=[self.config.layout, *fingerprints])
 
 
 def stored_layout(sync: Redis, keys: Keys) -> str | None:

@@ -1,22 +1,32 @@
 """The shared frontier in Redis: batched enqueue with dedup, leases, acknowledgements, reclaim.
 
-Layout (names from :class:`scrapy_frontier.keys.Keys`):
+Layout (names from :class:`scrapy_frontier.keys.Keys` and :class:`~scrapy_frontier.keys.Shard`):
+the per-host state is split into frontier shards, each one Redis Cluster hash slot; a host's
+shard is :func:`~scrapy_frontier.keys.shard_of_host`. An unsharded crawl (``shards`` 0, the
+default on a single Redis) has one shard with scrapy-redis-style names. In each shard:
 
-- ``<spider>:requests`` - sorted set of hosts that have queued requests, score = the time (Unix
-  ms) the host may next be served. Taking requests walks the hosts that are due, a few from each,
-  so a host with a long queue never holds back the others.
+- ``<spider>:requests`` - sorted set of the shard's hosts that have queued requests, score =
+  the time (Unix ms, the Redis server's clock) the host may next be served. Taking requests
+  walks the hosts that are due, a few from each, so a host with a long queue never holds back
+  the others.
 - ``<spider>:requests:<host>`` - sorted set of serialized requests, score = -priority.
-- ``<spider>:dupefilter`` - set of request fingerprints (hex), checked and added atomically in
-  the same script that queues the request, so two workers never both queue one URL.
+- ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
+  fingerprint is always checked in one place), checked and added atomically in the same script
+  that queues the request, so two workers never both queue one URL.
 - ``<spider>:leases:<node>`` - hash of the requests a node has taken and not yet acknowledged:
-  payload -> ``score<TAB>host`` (host empty for a raw start-URL entry, field ``start:<raw>``).
-  Nothing leaves Redis when a worker takes it; it moves here, atomically.
-- ``<spider>:nodes`` - sorted set of node ids, score = last heartbeat (Unix ms), and
-  ``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL. The heartbeat
-  (:mod:`scrapy_frontier.nodes`) reclaims dead nodes' leases with :func:`reclaim_dead`.
+  payload -> ``score<TAB>host``. Nothing leaves Redis when a worker takes it; it moves here,
+  atomically.
 
-Every method is one round trip (one Lua script or one pipeline), whatever the batch size.
-The class needs only a ``redis.asyncio`` client: no crawler, so it is tested on its own.
+Crawl-wide: ``<spider>:start_urls`` with, sharded, the start URLs a node has taken in
+:meth:`Keys.start_leases <scrapy_frontier.keys.Keys.start_leases>` (same slot); ``<spider>:nodes``,
+sorted set of node ids, score = last heartbeat (Unix ms, server time), and
+``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL. The heartbeat
+(:mod:`scrapy_frontier.nodes`) reclaims dead nodes' leases with :func:`reclaim_dead`.
+
+Every script call touches one shard; a call that spans shards (a page's links to many hosts,
+a reclaim) makes one call per shard touched, concurrently. Every time that decides something
+is the server's (``TIME`` in the scripts, ``lua/redis_time.lua``). The class needs only a
+``redis.asyncio`` client (``Redis`` or ``RedisCluster``): no crawler, so it is tested on its own.
 The scripts are the files ``scrapy_frontier/lua/frontier_*.lua``, each opening with its KEYS
 and ARGV; the push script includes the dupefilter's check (``dupefilter_seen.lua``), the lease
 script the politeness rate rule (``politeness_policy.lua``).
@@ -24,24 +34,28 @@ script the politeness rate rule (``politeness_policy.lua``).
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
 from scrapy_frontier.keys import START_LEASE_PREFIX
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     import redis as sync_redis
     from redis.asyncio import Redis
 
-    from scrapy_frontier.keys import Keys
+    from scrapy_frontier.keys import Keys, Shard
 
 #: Field prefix of a raw start-URL payload held under lease (:data:`scrapy_frontier.keys.START_LEASE_PREFIX`).
 START_PREFIX = START_LEASE_PREFIX.encode()
+#: Shards one refill visits at most, concurrently (a sharded crawl).
+LEASE_FANOUT = 4
 
 
 @dataclass(frozen=True)
@@ -70,53 +84,87 @@ class Status:
         return not (self.hosts or self.inflight or self.start_urls)
 
 
-def _status_args(keys: Keys, *, deep: bool, start_urls_as_set: bool) -> tuple[list[str], list[str]]:
-    """The ``keys`` and ``args`` of ``lua/frontier_status.lua``."""
-    return (
-        [keys.slots, keys.nodes, keys.start_urls, keys.dupefilter, keys.failed, keys.bloom],
-        [keys.queue_prefix, keys.lease_prefix, "1" if deep else "0", "1" if start_urls_as_set else "0"],
-    )
+def _flag(value: bool) -> str:
+    return "1" if value else "0"
 
 
-def _restore_args(keys: Keys, *, mode: str, arg: str | int, start_urls_as_set: bool) -> tuple[list[str], list[str | int]]:
-    """The ``keys`` and ``args`` of ``lua/frontier_restore.lua``: ``mode`` ``node`` (``arg`` = a
-    node id) or ``dead`` (``arg`` = the heartbeat deadline, Unix ms)."""
-    return (
-        [keys.slots, keys.nodes, keys.start_urls, keys.items_pending],
-        [
-            keys.queue_prefix,
-            keys.lease_prefix,
-            now_ms(),
-            "1" if start_urls_as_set else "0",
-            mode,
-            arg,
-            keys.politeness_prefix,
-            START_LEASE_PREFIX,
-            keys.node_info_prefix,
-            keys.items_replaying_prefix,
-        ],
-    )
+def _restore_calls(keys: Keys, nodes: Sequence[str], as_set: bool) -> list[tuple[list[str], list[str]]]:
+    """The (keys, args) of the ``frontier_restore`` calls that give back every lease of
+    ``nodes``: one per shard, and one for the start-URL leases of a sharded crawl."""
+    calls = []
+    for sh in keys.all_shards():
+        start = keys.start_urls if not keys.shards else sh.queue
+        calls.append(([sh.queue, start, *(sh.leases(n) for n in nodes)], [sh.queue_prefix, sh.politeness_prefix, _flag(as_set), START_LEASE_PREFIX]))
+    if keys.shards:
+        calls.append(([keys.start_urls, keys.start_urls, *(keys.start_leases(n) for n in nodes)], ["", "", _flag(as_set), START_LEASE_PREFIX]))
+    return calls
+
+
+def _status_calls(keys: Keys, nodes: Sequence[bytes | str], deep: bool) -> list[tuple[list[str], list[Any]]]:
+    return [([sh.queue, sh.dupefilter, sh.bloom], [sh.queue_prefix, sh.lease_prefix, _flag(deep), *nodes]) for sh in keys.all_shards()]
+
+
+def _crawl_counts(pipe: Any, keys: Keys, as_set: bool, nodes: Sequence[bytes | str]) -> None:
+    """Queue, on ``pipe``, the crawl-wide reads of a status: start URLs, dead letters, and the
+    start-URL leases of a sharded crawl."""
+    pipe.scard(keys.start_urls) if as_set else pipe.llen(keys.start_urls)
+    pipe.llen(keys.failed)
+    if keys.shards:
+        for node in nodes:
+            pipe.hlen(keys.start_leases(node.decode() if isinstance(node, bytes) else node))
+
+
+def _make_status(nodes: Sequence[Any], shard_counts: Iterable[Sequence[Any]], crawl: Sequence[Any]) -> Status:
+    hosts = depth = inflight = seen = 0
+    for h, d, i, s in shard_counts:
+        hosts, depth, inflight, seen = hosts + int(h), depth + int(d), inflight + int(i), seen + int(s)
+    starts, failed, *start_leases = (int(v) for v in crawl)
+    return Status(hosts, depth, inflight + sum(start_leases), len(nodes), starts, seen, failed)
 
 
 def read_status(client: sync_redis.Redis, keys: Keys, *, deep: bool = True, start_urls_as_set: bool = False) -> Status:
-    """The :class:`Status` of a crawl, read with a blocking client (``scrapy status``) in one
-    script call; ``deep`` also counts queued requests (one ZCARD per host)."""
-    script_keys, args = _status_args(keys, deep=deep, start_urls_as_set=start_urls_as_set)
-    values = client.register_script(source("frontier_status"))(keys=script_keys, args=args)
-    return Status(*(int(v) for v in values))
+    """The :class:`Status` of a crawl, read with a blocking client (``scrapy status``): the
+    counts of every shard summed; ``deep`` also counts queued requests (one ZCARD per host)."""
+    nodes = client.zrange(keys.nodes, 0, -1)
+    script = client.register_script(source("frontier_status"))
+    counts = [script(keys=k, args=a) for k, a in _status_calls(keys, nodes, deep)]
+    with client.pipeline(transaction=False) as pipe:
+        _crawl_counts(pipe, keys, start_urls_as_set, nodes)
+        crawl = pipe.execute()
+    return _make_status(nodes, counts, crawl)
 
 
-def reclaim_dead(client: sync_redis.Redis, keys: Keys, deadline_ms: int, *, start_urls_as_set: bool = False) -> tuple[int, int]:
+def reclaim_dead(client: sync_redis.Redis, keys: Keys, timeout_ms: int, *, start_urls_as_set: bool = False) -> tuple[int, int]:
     """With a blocking client (the heartbeat thread, :mod:`scrapy_frontier.nodes`): return to the
-    frontier the leases of every node whose last heartbeat is older than ``deadline_ms`` (Unix
-    ms), and the pending items it was replaying to the pending list; drop those nodes from the
-    registry. One script call, atomic. Returns (leases and items restored, nodes dropped)."""
-    script_keys, args = _restore_args(keys, mode="dead", arg=deadline_ms, start_urls_as_set=start_urls_as_set)
-    restored, nodes = client.register_script(source("frontier_restore"))(keys=script_keys, args=args)
-    return int(restored), int(nodes)
+    frontier the leases of every node whose last heartbeat is older than ``timeout_ms`` (at the
+    Redis server's time), and the pending items it was replaying to the pending list, then drop
+    those nodes from the registry. Each shard's restore is atomic; the nodes stay registered until
+    every shard is done, so a reclaim cut off halfway is finished by the next one. Returns
+    (leases and items restored, nodes dropped)."""
+    dead = [n.decode() for n in client.register_script(source("nodes_dead"))(keys=[keys.nodes], args=[timeout_ms])]
+    if not dead:
+        return 0, 0
+    restore = client.register_script(source("frontier_restore"))
+    restored = sum(int(restore(keys=k, args=a)) for k, a in _restore_calls(keys, dead, start_urls_as_set))
+    for node in dead:
+        restored += _unreplay(client, keys, node)
+    dropped = [n.decode() for n in client.register_script(source("nodes_forget"))(keys=[keys.nodes], args=[timeout_ms, *dead])]
+    if dropped:
+        client.delete(*(keys.node_info(n) for n in dropped))
+    return restored, len(dropped)
+
+
+def _unreplay(client: sync_redis.Redis, keys: Keys, node: str) -> int:
+    """Move the pending items ``node`` was replaying back to the pending list."""
+    moved = 0
+    while client.lmove(keys.items_replaying(node), keys.items_pending, "LEFT", "RIGHT"):
+        moved += 1
+    return moved
 
 
 def now_ms() -> int:
+    """This worker's clock, Unix ms: for what is only shown (a dead letter's date), never for a
+    decision shared with other workers (those take the Redis server's time)."""
     return int(time.time() * 1000)
 
 
@@ -141,19 +189,29 @@ class Frontier:
         concurrency_cap: int = 0,
         dedup: DedupConfig | None = None,
     ) -> None:
-        """``dedup``: the dupefilter's layout (exact set by default);
-        ``default_rate``: requests/second per host for every worker together (0: none; a
-        host's entry in ``<spider>:rates`` and its robots.txt Crawl-delay override it);
+        """``keys`` with the crawl's shard count (:meth:`Keys.with_shards
+        <scrapy_frontier.keys.Keys.with_shards>`); ``dedup``: the dupefilter's layout (exact set
+        by default); ``default_rate``: requests/second per host for every worker together (0:
+        none; a host's entry in ``<spider>:rates`` and its robots.txt Crawl-delay override it);
         ``concurrency_cap``: requests in flight per host across the cluster (0: none)."""
         self.redis = redis
         self.default_rate = default_rate
         self.concurrency_cap = concurrency_cap
-        self.next_due_ms = -1
         self.keys = keys
-        self.dedup = dedup or DedupConfig()
+        self.shards = keys.all_shards()
+        self.dedup = (dedup or DedupConfig()).per_shard(len(self.shards))
         self.node_id = node_id
         self.lease_key = keys.leases(node_id)
-        self._as_set = "1" if start_urls_as_set else "0"
+        self.start_lease_key = keys.start_leases(node_id)
+        self.start_urls_as_set = start_urls_as_set
+        self._as_set = _flag(start_urls_as_set)
+        #: Seconds until a queued host is due, from the last lease call (-1: nothing queued seen).
+        self.next_due_in = -1.0
+        #: The shard of each lease this node holds (payload -> shard index).
+        self._lease_shard: dict[bytes, int] = {}
+        #: Per shard, when (time.monotonic()) it is next worth a lease call.
+        self._shard_due = [0.0] * len(self.shards)
+        self._cursor = 0
         self._push = redis.register_script(source("frontier_push", SEGMENT_BITS=SEGMENT_BITS))
         self._lease = redis.register_script(source("frontier_lease"))
         self._restore = redis.register_script(source("frontier_restore"))
@@ -161,75 +219,186 @@ class Frontier:
         self._unlease = redis.register_script(source("frontier_unlease"))
         self._status = redis.register_script(source("frontier_status"))
 
-    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
-        """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
-        ``acks`` and push dead letters ``failed``, all atomically and in that order: a lease is
-        never released before the requests it produced are queued. Returns how many were queued.
-        """
-        args: list[str | bytes | int] = [self.keys.queue_prefix, now_ms(), len(entries), len(acks), len(failed)]
+    def shard_index(self, host: str) -> int:
+        return self.keys.shard_of(host).index if self.keys.shards > 1 else 0
+
+    # -- push and acknowledge ---------------------------------------------------------------
+
+    def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> Any:
+        args: list[str | bytes | int] = [sh.queue_prefix, len(entries), len(acks), len(failed)]
         for e in entries:
             args += (e.fingerprint, e.host, e.score, e.payload)
         args += acks
         args += failed
-        k = self.keys
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (k.politeness_prefix, k.bloom_bits_prefix, mode, age, capacity, error_rate)
-        return int(await self._push(keys=[k.dupefilter, k.slots, self.lease_key, k.failed, k.forgotten, k.bloom], args=args))
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate)
+        failed_key = self.keys.failed if not self.keys.shards else sh.queue
+        return self._push(keys=[sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args=args)
+
+    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
+        """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
+        ``acks`` and push dead letters ``failed``: a lease is never released before the requests
+        it produced are queued and its dead letter kept. Within one shard this is one atomic
+        script call; across shards the pushes go first (one call per shard, concurrently), then
+        the acknowledgements. Returns how many were queued."""
+        acks = [a if isinstance(a, bytes) else a.encode() for a in acks]
+        if len(self.shards) == 1 and not self.keys.shards:
+            # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
+            for a in acks:
+                self._lease_shard.pop(a, None)
+            return int(await self._push_call(self.shards[0], entries, acks, failed))
+        by_shard: dict[int, list[Entry]] = defaultdict(list)
+        for e in entries:
+            by_shard[self.shard_index(e.host)].append(e)
+        start_acks = [a for a in acks if a.startswith(START_PREFIX)]
+        ack_shard: dict[int, list[bytes]] = defaultdict(list)
+        for a in acks:
+            if not a.startswith(START_PREFIX):
+                ack_shard[self._lease_shard.get(a, 0)].append(a)
+        if failed:
+            await self.redis.lpush(self.keys.failed, *failed)
+        # When the pushes touch one shard only, its acknowledgements ride in the same call.
+        single = next(iter(by_shard)) if len(by_shard) == 1 else None
+        calls = [self._push_call(self.shards[i], es, ack_shard.pop(i, []) if i == single else [], []) for i, es in by_shard.items()]
+        added = sum(int(n) for n in await asyncio.gather(*calls))
+        for i in by_shard:
+            self._shard_due[i] = 0.0
+        after = [self._push_call(self.shards[i], [], a, []) for i, a in ack_shard.items()]
+        if start_acks:
+            after.append(self.redis.hdel(self.start_lease_key, *start_acks))
+        if after:
+            await asyncio.gather(*after)
+        for a in acks:
+            self._lease_shard.pop(a, None)
+        return added
+
+    # -- leases -----------------------------------------------------------------------------
 
     async def lease(self, n: int) -> list[bytes]:
         """Take up to ``n`` requests from the hosts that are due, moving them under this node's
-        lease. Sets :attr:`next_due_ms`: when the earliest queued host is due (Unix ms; -1: none)."""
-        k = self.keys
+        lease. A sharded crawl visits up to :data:`LEASE_FANOUT` shards that are due, in turn
+        from where the last call stopped, so no shard starves. Sets :attr:`next_due_in`."""
+        now = time.monotonic()
+        count = len(self.shards)
+        order = [(self._cursor + j) % count for j in range(count)]
+        due = [i for i in order if self._shard_due[i] <= now] or [min(order, key=lambda i: self._shard_due[i])]
+        visit = due[:LEASE_FANOUT]
+        self._cursor = (visit[-1] + 1) % count
+        share = -(-n // len(visit))
+        replies = await asyncio.gather(*(self._lease_shard_call(i, share) for i in visit))
+        out: list[bytes] = []
+        soonest = -1.0
+        for i, (due_ms, payloads) in zip(visit, replies):
+            for p in payloads:
+                self._lease_shard[p] = i
+            out += payloads
+            if due_ms >= 0:
+                wait = due_ms / 1000
+                soonest = wait if soonest < 0 else min(soonest, wait)
+                self._shard_due[i] = now + (0 if payloads else wait)
+            else:
+                self._shard_due[i] = now + 1.0  # empty: look again in a second (others may push)
+        if count > 1:
+            pending = [d - now for d in self._shard_due if d > now]
+            soonest = min([soonest, *pending]) if soonest >= 0 else (min(pending) if pending else -1.0)
+        self.next_due_in = soonest
+        return out
+
+    async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[bytes]]:
+        sh = self.shards[i]
         due, *payloads = await self._lease(
-            keys=[k.slots, self.lease_key, k.rates],
-            args=[k.queue_prefix, now_ms(), n, self.default_rate, self.concurrency_cap, k.politeness_prefix],
+            keys=[sh.queue, sh.leases(self.node_id), sh.rates],
+            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix],
         )
-        self.next_due_ms = int(float(due))
-        return payloads
+        return int(float(due)), payloads
 
     async def unlease(self, payloads: Sequence[bytes]) -> int:
-        """Return these leased requests of this node to the frontier (they were not started)."""
+        """Return these leases of this node to the frontier (requests not started, or leases it
+        did not know it held); a start-URL lease goes back to the start URLs."""
         if not payloads:
             return 0
-        k = self.keys
-        return int(await self._unlease(keys=[k.slots, self.lease_key, k.start_urls], args=[k.queue_prefix, now_ms(), k.politeness_prefix, START_LEASE_PREFIX, self._as_set, *payloads]))
+        groups: dict[int, list[bytes]] = defaultdict(list)
+        starts = []
+        for p in payloads:
+            if self.keys.shards and p.startswith(START_PREFIX):
+                starts.append(p)
+            else:
+                groups[self._lease_shard.pop(p, 0)].append(p)
+        calls = []
+        for i, fields in groups.items():
+            sh = self.shards[i]
+            start = self.keys.start_urls if not self.keys.shards else sh.queue
+            calls.append(self._unlease(keys=[sh.queue, sh.leases(self.node_id), start], args=[sh.queue_prefix, sh.politeness_prefix, START_LEASE_PREFIX, self._as_set, *fields]))
+        if starts:
+            calls.append(self._unlease(keys=[self.keys.start_urls, self.start_lease_key, self.keys.start_urls], args=["", "", START_LEASE_PREFIX, self._as_set, *starts]))
+        return sum(int(n) for n in await asyncio.gather(*calls))
 
     async def lease_fields(self) -> set[bytes]:
-        """The fields of this node's lease hash: every lease Redis holds for it (request payloads,
-        and :data:`START_PREFIX` + raw for start URLs)."""
-        return set(await self.redis.hkeys(self.lease_key))
+        """Every lease Redis holds for this node (request payloads, and :data:`START_PREFIX` +
+        raw for start URLs), from every shard. A payload found in a shard is remembered there,
+        so :meth:`unlease` gives it back to the right one."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for sh in self.shards:
+                pipe.hkeys(sh.leases(self.node_id))
+            if self.keys.shards:
+                pipe.hkeys(self.start_lease_key)
+            replies = await pipe.execute()
+        out: set[bytes] = set()
+        for i, fields in enumerate(replies[: len(self.shards)]):
+            for f in fields:
+                self._lease_shard.setdefault(f, i)
+            out.update(fields)
+        for fields in replies[len(self.shards) :]:
+            out.update(fields)
+        return out
 
     async def take_start_urls(self, n: int) -> list[bytes]:
         """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.
         Acknowledge each with ``START_PREFIX + raw`` once its request is queued or refused."""
-        return await self._take_start(keys=[self.keys.start_urls, self.lease_key], args=[n, self._as_set, START_LEASE_PREFIX])
+        return await self._take_start(keys=[self.keys.start_urls, self.start_lease_key], args=[n, self._as_set, START_LEASE_PREFIX])
 
     async def release(self) -> int:
-        """Return every lease of this node to the frontier (used when the node stops). Returns the count."""
-        keys, args = _restore_args(self.keys, mode="node", arg=self.node_id, start_urls_as_set=self._as_set == "1")
-        restored, _ = await self._restore(keys=keys, args=args)
-        return int(restored)
+        """Return every lease of this node to the frontier, and the pending items it was
+        replaying to the pending list (used when the node stops). Returns the count."""
+        calls = [self._restore(keys=k, args=a) for k, a in _restore_calls(self.keys, [self.node_id], self.start_urls_as_set)]
+        restored = sum(int(n) for n in await asyncio.gather(*calls))
+        while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
+            restored += 1
+        self._lease_shard.clear()
+        return restored
 
     async def leave(self) -> None:
         """Remove this node from the registry (after :meth:`release`)."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.zrem(self.keys.nodes, self.node_id)
-            pipe.delete(self.keys.node_info(self.node_id))
-            await pipe.execute()
+        await self.redis.zrem(self.keys.nodes, self.node_id)
+        await self.redis.delete(self.keys.node_info(self.node_id))
 
     async def status(self, *, deep: bool = False) -> Status:
-        """Counts for idle detection and for ``scrapy status``; ``deep`` also counts queued requests
-        (one ZCARD per host, so it is skipped in the idle check)."""
-        keys, args = _status_args(self.keys, deep=deep, start_urls_as_set=self._as_set == "1")
-        return Status(*(int(v) for v in await self._status(keys=keys, args=args)))
+        """Counts for idle detection and for ``scrapy status``, every shard summed; ``deep`` also
+        counts queued requests (one ZCARD per host, so it is skipped in the idle check)."""
+        nodes = await self.redis.zrange(self.keys.nodes, 0, -1)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            _crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)
+            crawl_reads = pipe.execute()
+            counts, crawl = await asyncio.gather(asyncio.gather(*(self._status(keys=k, args=a) for k, a in _status_calls(self.keys, nodes, deep))), crawl_reads)
+        return _make_status(nodes, counts, crawl)
 
     async def clear(self) -> None:
         """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl
         (SCHEDULER_PERSIST=False, last node). Live rates (``<spider>:rates``) stay: they are
         configuration."""
-        hosts = await self.redis.zrange(self.keys.slots, 0, -1)
         k = self.keys
-        keys = [k.queue_prefix.encode() + h for h in hosts] + [k.slots, k.dupefilter, k.dupefilter_meta, k.bloom, k.forgotten]
-        keys += [key async for key in self.redis.scan_iter(match=k.bloom_bits_prefix + "*", count=1000)]
-        keys += [k async for k in self.redis.scan_iter(match=self.keys.politeness_prefix + "*", count=1000)]
-        await self.redis.delete(*keys)
+        keys: list[Any] = [k.dupefilter_meta]
+        for sh in self.shards:
+            hosts = await self.redis.zrange(sh.queue, 0, -1)
+            keys += [sh.queue_prefix.encode() + h for h in hosts] + [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
+            if k.shards:
+                keys.append(sh.rates)
+            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.bloom_bits_prefix) + "*", count=1000)]
+            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.politeness_prefix) + "*", count=1000)]
+        for i in range(0, len(keys), 500):
+            await self.redis.delete(*keys[i : i + 500])
+
+
+def _glob(prefix: str) -> str:
+    """``prefix`` with Redis glob characters escaped (a shard's hash tag has none, a host may)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)

@@ -8,8 +8,10 @@ their settings (``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_DUPEFILTER_KEY``, ``REDIS_S
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import weakref
+import zlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -58,11 +60,90 @@ def crawl_name(spider_name: str, crawl_id: str = "") -> str:
     return f"{spider_name}@{crawl_id}" if crawl_id else spider_name
 
 
+def hash_tag(key: str) -> str | None:
+    """The Redis Cluster hash tag of ``key`` (the text between its first ``{`` and the next
+    ``}``, when not empty), or ``None``: the key's slot is then the CRC16 of the whole key
+    (Redis Cluster specification, "Hash tags")."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def colocated(key: str, suffix: str, tagged: bool) -> str:
+    """A key named ``<key>:<suffix>`` that lives in ``key``'s hash slot: with ``tagged``, and
+    ``key`` without a hash tag of its own, ``<key>:{<key>}:<suffix>``; else ``<key>:<suffix>``
+    (which keeps ``key``'s own tag). A script can then touch both on a Redis Cluster."""
+    if tagged and hash_tag(key) is None:
+        return f"{key}:{{{key}}}:{suffix}"
+    return f"{key}:{suffix}"
+
+
+def shard_of_host(host: str, shards: int) -> int:
+    """The frontier shard of ``host``: CRC-32 of the host name modulo ``shards`` (0 when the
+    crawl is not sharded). Every worker computes the same, whatever its platform."""
+    return zlib.crc32(host.encode("utf-8", "surrogateescape")) % shards if shards > 1 else 0
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The keys of one frontier shard: everything a lease, push or politeness script touches
+    for the hosts of the shard, in one Redis Cluster hash slot (every name carries the shard's
+    hash tag ``{<crawl>/<i>}``), or, in the crawl's unsharded layout on a single Redis, the
+    scrapy-redis-style names (``<spider>:requests``, ``<spider>:dupefilter``...)."""
+
+    index: int
+    #: Sorted set of the shard's hosts that have queued requests, score = when the host may next
+    #: be served (Unix ms, Redis time).
+    queue: str
+    #: The shard's dupefilter (layouts: :mod:`scrapy_frontier.dupefilter`).
+    dupefilter: str
+    #: Prefix of the nodes' lease hashes in this shard (+ node id).
+    lease_prefix: str
+    #: Prefix of the per-host politeness hashes (+ host; fields: :attr:`Keys.politeness_prefix`).
+    politeness_prefix: str
+    #: The live rates the scripts read: the crawl's ``<spider>:rates`` itself when unsharded,
+    #: else a copy in the shard's slot that workers keep in step with it.
+    rates: str
+
+    @property
+    def queue_prefix(self) -> str:
+        """Prefix of the per-host request queues: + host."""
+        return self.queue + ":"
+
+    @property
+    def forgotten(self) -> str:
+        return self.dupefilter + ":forgotten"
+
+    @property
+    def bloom(self) -> str:
+        return self.dupefilter + ":bloom"
+
+    @property
+    def bloom_bits_prefix(self) -> str:
+        return self.bloom + ":"
+
+    @property
+    def limited(self) -> str:
+        """Hosts of the shard that need a send-time check (:attr:`Keys.limited`)."""
+        return self.politeness_prefix + "@limited"
+
+    def leases(self, node_id: str) -> str:
+        return self.lease_prefix + node_id
+
+
 @dataclass(frozen=True)
 class Keys:
     """The concrete key names of one crawl. ``crawl`` is the spider's name, or
     ``<spider>@<CRAWL_ID>`` (:func:`crawl_name`); every template's ``%(spider)s`` and
-    ``%(name)s`` expand to it."""
+    ``%(name)s`` expand to it.
+
+    ``shards`` is the crawl's frontier layout, recorded with the crawl (in the dupefilter's
+    meta hash) so every worker agrees: 0, the unsharded layout of a single Redis (the names
+    below, as scrapy-redis's); n >= 1, n shards, each one hash slot of a Redis Cluster
+    (:meth:`shard`), hosts spread over them by :func:`shard_of_host`. Keys that are not per
+    host (start URLs, nodes, stats, items, dead letters) keep their names in every layout."""
 
     spider: str
     crawl: str
@@ -71,6 +152,37 @@ class Keys:
     start_urls: str
     items: str
     stats: str
+    shards: int = 0
+
+    def with_shards(self, shards: int) -> Keys:
+        return replace(self, shards=shards)
+
+    @property
+    def tagged(self) -> bool:
+        """Whether keys that a script touches together carry hash tags (any sharded layout)."""
+        return self.shards > 0
+
+    def shard(self, i: int) -> Shard:
+        """The keys of shard ``i`` (0 <= i < max(1, shards))."""
+        if not self.shards:
+            return Shard(0, self.queue, self.dupefilter, f"{self.crawl}:leases:", f"{self.crawl}:politeness:", self.rates)
+        tag = f"{{{self.crawl}/{i}}}"
+        base = f"{self.crawl}:{tag}"
+        return Shard(i, f"{base}:requests", f"{base}:dupefilter", f"{base}:leases:", f"{base}:politeness:", f"{base}:rates")
+
+    def all_shards(self) -> list[Shard]:
+        return [self.shard(i) for i in range(max(1, self.shards))]
+
+    def shard_of(self, host: str) -> Shard:
+        return self.shard(shard_of_host(host, self.shards))
+
+    def start_leases(self, node_id: str) -> str:
+        """The raw start URLs a node has taken and not yet acknowledged: a hash, field
+        :data:`START_LEASE_PREFIX` + raw payload. Unsharded, the node's lease hash itself;
+        sharded, a hash in the slot of the start URLs (:func:`colocated`)."""
+        if not self.shards:
+            return self.leases(node_id)
+        return colocated(self.start_urls, f"leases:{node_id}", True)
 
     @classmethod
     def for_spider(cls, settings: BaseSettings, spider_name: str, spidercls: type | None = None) -> Keys:
@@ -148,8 +260,9 @@ class Keys:
         return self.items_pending + ":"
 
     def items_replaying(self, node_id: str) -> str:
-        """Pending items a node is writing now; returned to the pending list if the node dies."""
-        return self.items_replaying_prefix + node_id
+        """Pending items a node is writing now; returned to the pending list if the node dies
+        (in the pending list's hash slot when the crawl is sharded)."""
+        return colocated(self.items_pending, node_id, self.tagged)
 
     @property
     def item_cache_prefix(self) -> str:
@@ -225,3 +338,22 @@ class Keys:
 
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id
+
+
+_registered: weakref.WeakKeyDictionary[Any, Keys] = weakref.WeakKeyDictionary()
+
+
+def register(crawler: Any, keys: Keys) -> None:
+    """Make ``keys`` (with the crawl's recorded shard count) the keys every component of
+    ``crawler`` uses (the scheduler calls this once it has joined the crawl)."""
+    _registered[crawler] = keys
+
+
+def keys_of(crawler: Any) -> Keys:
+    """The keys of ``crawler``'s crawl: those the scheduler registered, else read from the
+    settings (unsharded)."""
+    keys = _registered.get(crawler)
+    if keys is None:
+        spider = crawler.spider
+        keys = Keys.for_spider(crawler.settings, spider.name, type(spider))
+    return keys

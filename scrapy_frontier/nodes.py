@@ -3,10 +3,10 @@
 A worker beats on a thread of its own with a blocking client, so a callback that keeps the
 reactor busy for seconds (a page with ten thousand links) never makes a live worker look dead:
 the heartbeat says "this process is alive", like an etcd lease kept alive by its client. Each
-beat refreshes ``<spider>:nodes`` (score = now, Unix ms) and the node's facts in
+beat refreshes ``<spider>:nodes`` (score = now, Unix ms, at the Redis server's time: a worker
+whose clock is minutes off is neither seen as dead nor sees others so) and the node's facts in
 ``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
-whose last beat is older than the node timeout, in one Lua script, atomically
-(:func:`scrapy_frontier.frontier.reclaim_dead`).
+whose last beat is older than the node timeout (:func:`scrapy_frontier.frontier.reclaim_dead`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_frontier.connection import describe_error
-from scrapy_frontier.frontier import now_ms, reclaim_dead
+from scrapy_frontier.frontier import reclaim_dead
+from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -32,6 +34,32 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _node_ids: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_clocks: weakref.WeakKeyDictionary[Any, ServerClock] = weakref.WeakKeyDictionary()
+
+
+class ServerClock:
+    """The Redis server's clock seen from this process: this machine's clock plus the offset
+    the last heartbeat measured (0 until then). For a time a worker must write into a request
+    that another worker reads (a retry's not-before time); the scripts take ``TIME`` themselves."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        """The server's time now, Unix seconds (to a few ms)."""
+        return time.time() + self.offset
+
+    def measured(self, server_ms: int, sent: float, received: float) -> None:
+        """Record a server time read between ``sent`` and ``received`` (this machine's clock)."""
+        self.offset = server_ms / 1000 - (sent + received) / 2
+
+
+def server_clock(crawler: Any) -> ServerClock:
+    """The :class:`ServerClock` of ``crawler`` (one per crawler; the heartbeat keeps it set)."""
+    clock = _clocks.get(crawler)
+    if clock is None:
+        clock = _clocks[crawler] = ServerClock()
+    return clock
 
 
 def node_id_of(crawler: Any) -> str:
@@ -62,6 +90,7 @@ class Heartbeat:
         info: Callable[[], dict[str, Any]] = dict,
         on_dropped: Callable[[], None] = lambda: None,
         on_reclaimed: Callable[[int, int], None] = lambda leases, nodes: None,
+        clock: ServerClock | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -76,16 +105,25 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
         self._joined = False
         self._failing = False
+        self._beat = client.register_script(source("nodes_beat"))
+        self._started: int | None = None
+        self.clock = clock or ServerClock()
 
     def beat(self) -> bool:
         """Record one heartbeat. Returns False when the node was not in the registry: either it
         is joining, or it had been declared dead (then ``on_dropped`` is called)."""
         info_key = self.keys.node_info(self.node_id)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.zadd(self.keys.nodes, {self.node_id: now_ms()})
-            pipe.hset(info_key, mapping={**self._info(), "beat": now_ms()})
+        sent = time.time()
+        added, now = self._beat(keys=[self.keys.nodes], args=[self.node_id])
+        self.clock.measured(int(now), sent, time.time())
+        # Another hash slot than the registry on a Redis Cluster: a second call, not a transaction.
+        if self._started is None:
+            self._started = int(now) // 1000
+        with self.client.pipeline(transaction=False) as pipe:
+            # started: the server's time at the first beat, as every time status compares
+            pipe.hset(info_key, mapping={**self._info(), "beat": now, "started": self._started})
             pipe.pexpire(info_key, int(self.timeout * 1000))
-            added, *_ = pipe.execute()
+            pipe.execute()
         if added and self._joined:
             self._on_dropped()
         self._joined = True
@@ -94,7 +132,7 @@ class Heartbeat:
     def reclaim(self) -> tuple[int, int]:
         """Return the leases of every node silent for ``timeout`` seconds to the frontier and
         drop those nodes from the registry. Returns (leases, nodes)."""
-        restored, nodes = reclaim_dead(self.client, self.keys, now_ms() - int(self.timeout * 1000), start_urls_as_set=self.start_urls_as_set)
+        restored, nodes = reclaim_dead(self.client, self.keys, int(self.timeout * 1000), start_urls_as_set=self.start_urls_as_set)
         if restored or nodes:
             self._on_reclaimed(restored, nodes)
         return restored, nodes

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from scrapy_frontier.frontier import now_ms
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
@@ -52,44 +51,46 @@ class Politeness:
         self._recover = redis.register_script(source("politeness_recover"))
 
     def _state(self, host: str) -> str:
-        return self.keys.politeness_prefix + host
+        return self.keys.shard_of(host).politeness_prefix + host
 
     async def reserve(self, host: str) -> float:
         """Book the next send to ``host``; returns the seconds to wait before sending."""
-        wait_ms = await self._reserve(keys=[self._state(host), self.keys.rates], args=[host, now_ms(), self.default_rate])
+        wait_ms = await self._reserve(keys=[self._state(host), self.keys.shard_of(host).rates], args=[host, self.default_rate])
         return int(wait_ms) / 1000
 
     async def slow_down(self, host: str, pause: float | None = None) -> float:
         """Halve ``host``'s rate for every worker (a host without a rate gets ``base_rate``
         first) and, with ``pause`` seconds, send it nothing until then. Returns the new factor."""
+        sh = self.keys.shard_of(host)
         factor = await self._slow_down(
-            keys=[self._state(host), self.keys.rates, self.keys.limited],
-            args=[host, now_ms(), self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate, self.keys.politeness_events],
+            keys=[self._state(host), sh.rates, sh.limited],
+            args=[host, self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate, self.keys.politeness_events],
         )
         return float(factor)
 
     async def recover(self, host: str) -> float:
         """Raise ``host``'s factor by ``recovery_step`` (up to 1). Returns the new factor."""
-        return float(await self._recover(keys=[self._state(host), self.keys.limited], args=[self.recovery_step, host, now_ms()]))
+        return float(await self._recover(keys=[self._state(host), self.keys.shard_of(host).limited], args=[self.recovery_step, host]))
 
     async def set_robots_delay(self, host: str, delay: float) -> None:
         """Record ``host``'s robots.txt Crawl-delay (seconds) for every worker, and book a send
         for the robots.txt request itself, which preceded the first page."""
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(self._state(host), "robots_delay", delay)
-            pipe.sadd(self.keys.limited, host)
+            pipe.sadd(self.keys.shard_of(host).limited, host)
             pipe.publish(self.keys.politeness_events, host)
             await pipe.execute()
         await self.reserve(host)
 
     async def active_hosts(self) -> set[str]:
         """Hosts that need :meth:`reserve` even when ``DOMAIN_RATE_LIMIT`` is 0: those with a live
-        rate in ``<spider>:rates`` and those in ``<spider>:politeness:@limited``."""
+        rate in ``<spider>:rates`` and those in ``<spider>:politeness:@limited`` (every shard's)."""
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hkeys(self.keys.rates)
-            pipe.smembers(self.keys.limited)
-            rated, slowed = await pipe.execute()
-        return {h.decode() for h in rated} | {h.decode() for h in slowed}
+            for sh in self.keys.all_shards():
+                pipe.smembers(sh.limited)
+            rated, *slowed = await pipe.execute()
+        return {h.decode() for h in rated} | {h.decode() for members in slowed for h in members}
 
     async def watch(self, on_host: Callable[[str], None]) -> None:
         """Call ``on_host(host)`` for every host another worker slows down, pauses or finds a
@@ -115,3 +116,22 @@ class Politeness:
                 for host, rate in rates.items():
                     pipe.hsetnx(self.keys.rates, host, rate)
                 await pipe.execute()
+            await sync_rates(self.redis, self.keys)
+
+
+async def sync_rates(redis: Redis, keys: Keys, last: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+    """Copy the live rates ``<spider>:rates`` into every shard's copy (a sharded crawl's scripts
+    read their shard's slot only), when they differ from ``last`` (what the previous call
+    copied). Returns what ``<spider>:rates`` holds now. Every worker may do this: the copies are
+    replaced whole, the same value by each."""
+    if not keys.shards:
+        return {}
+    rates = await redis.hgetall(keys.rates)
+    if rates != last:
+        for sh in keys.all_shards():
+            async with redis.pipeline(transaction=True) as pipe:
+                pipe.delete(sh.rates)
+                if rates:
+                    pipe.hset(sh.rates, mapping=rates)
+                await pipe.execute()
+    return rates

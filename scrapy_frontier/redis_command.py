@@ -58,7 +58,9 @@ class RedisCommand(ScrapyCommand):
         else:
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
-            result = self.execute(client, Keys.for_spider(self.settings, args[0], spidercls), opts)
+            keys = Keys.for_spider(self.settings, args[0], spidercls)
+            keys = keys.with_shards(int(client.hget(keys.dupefilter_meta, "shards") or 0))
+            result = self.execute(client, keys, opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
         finally:

@@ -23,7 +23,7 @@ import pymysql
 import pytest
 import redis
 
-from tests.loopback import free_port, wait_port
+from tests.loopback import free_cluster_port, free_port, wait_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = Path(os.environ.get("DOCS_DIR", "/usr/share/doc/python3.11/html"))
@@ -286,8 +286,8 @@ def start_workers(start_worker):
 class RedisServer:
     """A private redis-server on a free port, for tests that stop or reconfigure a server."""
 
-    def __init__(self, directory: Path, **options: str) -> None:
-        self.port = free_port()
+    def __init__(self, directory: Path, port: int | None = None, **options: str) -> None:
+        self.port = port or free_port()
         self.cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)]
         for key, value in options.items():
             self.cmd += [f"--{key}", value]
@@ -370,3 +370,63 @@ def throwaway_mariadb(tmp_path):
     db = MariaDB(tmp_path / "mariadb")
     yield db
     db.stop()
+
+
+class RedisCluster:
+    """A private Redis Cluster on free loopback ports: ``masters`` masters with one replica
+    each (``redis-cli --cluster create ... --cluster-replicas 1``), node timeout 2 s."""
+
+    def __init__(self, directory: Path, masters: int = 3) -> None:
+        self.nodes: list[RedisServer] = []
+        for i in range(2 * masters):
+            d = directory / f"node{i}"
+            d.mkdir(parents=True)
+            self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no"}))
+        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-replicas", "1", "--cluster-yes"]
+        subprocess.run(create, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60)
+        self.wait_ok()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+
+    def client(self, port: int) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
+
+    def wait_ok(self, timeout: float = 60) -> None:
+        """Until every live node says ``cluster_state:ok`` and knows every slot."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                infos = [self.client(n.port).cluster("info") for n in self.nodes if n.proc and n.proc.poll() is None]
+                if all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos):
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("the Redis Cluster did not reach cluster_state:ok")
+
+    def masters(self) -> list[RedisServer]:
+        out = []
+        for n in self.nodes:
+            if n.proc and n.proc.poll() is None:
+                try:
+                    if self.client(n.port).info("replication")["role"] == "master":
+                        out.append(n)
+                except redis.RedisError:
+                    pass
+        return out
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.kill()
+                n.proc.wait(10)
+
+
+@pytest.fixture
+def redis_cluster(tmp_path):
+    """A 3-master Redis Cluster of its own (six redis-server processes), stopped at the end."""
+    cluster = RedisCluster(tmp_path / "cluster")
+    yield cluster
+    cluster.stop()

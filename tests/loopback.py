@@ -14,6 +14,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port(host: str = "127.0.0.1") -> int:
+    """A free port whose Redis Cluster bus port (port + 10000) is free too and below 65536."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 50000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind((host, port))
+                b.bind((host, port + 10000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for a Redis Cluster node")
+
+
 def wait_port(host: str, port: int, timeout: float = 10) -> None:
     """Return once something accepts connections on ``host:port``; raises ``RuntimeError`` after
     ``timeout`` seconds."""

@@ -12,6 +12,7 @@ from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_frontier.defaults import START_URLS_MAX_BYTES
@@ -23,6 +24,7 @@ from scrapy_frontier.dupefilter import (
     meta_for,
     stored_layout,
 )
+from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 
@@ -88,6 +90,7 @@ class Command(RedisCommand):
         for pattern in opts.pattern:
             payloads += [url.encode() for url in self._stored_urls(client, keys) if fnmatch.fnmatchcase(url, pattern)]
         fingerprints: dict[str, bytes] = {}
+        shard_of: dict[str, int] = {}
         self._refused = []
         for raw in payloads:
             try:
@@ -96,9 +99,12 @@ class Command(RedisCommand):
                 self._refused.append({"payload": raw[:200].decode("utf-8", "replace"), "reason": exc.reason, "detail": str(exc)})
                 continue
             fingerprints.setdefault(fingerprinter.fingerprint(request).hex(), raw)
+            shard_of.setdefault(fingerprinter.fingerprint(request).hex(), keys.shard_of(slot_of(urlparse_cached(request).hostname)).index)
         known = 0
         if fingerprints:
-            known = int(Dupefilter(client, keys, config).forget(list(fingerprints)))
+            dupefilter = Dupefilter(client, keys, config)
+            for shard in sorted(set(shard_of.values())):
+                known += int(dupefilter.forget([fp for fp in fingerprints if shard_of[fp] == shard], shard))
             if opts.push:
                 self.push_start_urls(client, keys, list(fingerprints.values()))
         return {

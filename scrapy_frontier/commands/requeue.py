@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from scrapy.exceptions import UsageError
 
-from scrapy_frontier.frontier import now_ms, slot_of
+from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import check_url
@@ -36,7 +36,7 @@ class Command(RedisCommand):
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
         script = client.register_script(source("requeue"))
         raws = client.lrange(keys.failed, 0, -1)
-        args: list[Any] = [keys.queue_prefix, now_ms()]
+        args: list[Any] = [keys.queue_prefix]
         skipped = 0
         if opts.limit < 0:
             raise UsageError("--limit must be 0 (all) or more")
@@ -61,7 +61,10 @@ class Command(RedisCommand):
             args += [raw, host, -priority, json.dumps(request, ensure_ascii=False, separators=(",", ":"))]
             if opts.limit and len(args) // 4 >= opts.limit:
                 break
-        requeued = int(script(keys=[keys.failed, keys.slots], args=args)) if len(args) > 2 else 0
+        if keys.shards:
+            requeued = _requeue_sharded(client, keys, args[1:])
+        else:
+            requeued = int(script(keys=[keys.failed, keys.slots], args=args)) if len(args) > 1 else 0
         return {"requeued": requeued, "unreadable": skipped, "left": client.llen(keys.failed)}
 
     def describe(self, result: dict[str, Any]) -> str:
@@ -69,3 +72,22 @@ class Command(RedisCommand):
         if result["unreadable"]:
             text += f" ({result['unreadable']} records that are not requests left there)"
         return text
+
+
+def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
+    """Requeue into a sharded crawl, whose queues are in other hash slots than the dead-letter
+    list: each request is queued in its host's shard first, then its record removed from the
+    list. A requeue cut off between the two leaves the record (requeued again next time, the
+    same sorted-set member, so queued once); two concurrent requeues queue the same member."""
+    seconds, micros = client.time()
+    now = seconds * 1000 + micros // 1000
+    requeued = 0
+    for i in range(0, len(args), 4):
+        raw, host, score, payload = args[i : i + 4]
+        sh = keys.shard_of(host)
+        with client.pipeline(transaction=True) as pipe:
+            pipe.zadd(sh.queue_prefix + host, {payload: score})
+            pipe.zadd(sh.queue, {host: now}, nx=True)
+            pipe.execute()
+        requeued += client.lrem(keys.failed, 1, raw)
+    return requeued

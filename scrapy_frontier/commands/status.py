@@ -31,19 +31,25 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
     ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
     status = read_status(client, keys, deep=True, start_urls_as_set=start_urls_as_set)
-    now = time.time()
+    seconds, micros = client.time()  # the server's clock, as the heartbeats (a worker's may be off)
+    now = seconds + micros / 1e6
+    shards = keys.all_shards()
+    per_node = 1 + len(shards) + (1 if keys.shards else 0)
     with client.pipeline(transaction=False) as pipe:
         nodes = client.zrange(keys.nodes, 0, -1, withscores=True)
         for node, _ in nodes:
             pipe.hgetall(keys.node_info(node.decode()))
-            pipe.hlen(keys.leases(node.decode()))
+            for sh in shards:
+                pipe.hlen(sh.leases(node.decode()))
+            if keys.shards:
+                pipe.hlen(keys.start_leases(node.decode()))
         for key in (keys.start_urls_invalid, keys.items_invalid, keys.items_pending):
             pipe.llen(key)
         pipe.hgetall(keys.stats)
         answers = pipe.execute()
     workers = []
     for i, (node, beat) in enumerate(nodes):
-        info = {k.decode(): v.decode() for k, v in answers[2 * i].items()}
+        info = {k.decode(): v.decode() for k, v in answers[per_node * i].items()}
         started = float(info.get("started", now))
         pages = int(info.get("pages", 0))
         workers.append(
@@ -53,7 +59,7 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
                 "pid": int(info.get("pid", 0)),
                 "pages": pages,
                 "items": int(info.get("items", 0)),
-                "leases": answers[2 * i + 1],
+                "leases": sum(answers[per_node * i + 1 : per_node * (i + 1)]),
                 "pages_per_min": round(pages / max(1.0, now - started) * 60, 1),
                 "last_beat_s": round(now - beat / 1000, 1),
                 "metrics": info.get("metrics"),
@@ -86,6 +92,7 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
         crawl_settings = settings.copy()
         crawl_settings.set("CRAWL_ID", crawl_id, "cmdline")
         keys = Keys.for_spider(crawl_settings, spider)
+        keys = keys.with_shards(int(client.hget(keys.dupefilter_meta, "shards") or 0))
         status = read_status(client, keys, deep=False, start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
         out.append(
             {

@@ -17,7 +17,7 @@ from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
 from scrapy_frontier.frontier import slot_of
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
 
@@ -83,7 +83,7 @@ class SharedPolitenessMiddleware:
             client = optional_shared_redis(self.crawler)
             if client is None:
                 return None
-            keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
+            keys = keys_of(self.crawler)
             self.politeness = Politeness(
                 client, keys, default_rate=self.default_rate, min_factor=self.min_factor, recovery_step=self.recovery_step, base_rate=self.base_rate
             )

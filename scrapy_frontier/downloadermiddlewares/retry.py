@@ -19,6 +19,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.utils.response import response_status_message
 
 from scrapy_frontier.config import read_setting
+from scrapy_frontier.nodes import server_clock
 from scrapy_frontier.scheduler.leases import FAILED_META
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
         self.base = read_setting(crawler, "RETRY_BACKOFF_BASE", float, minimum=0)
         self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX", float, minimum=0)
         self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, minimum=0)
+        # Not-before times travel in the request to whichever worker leases the retry: written
+        # and read at the Redis server's time, so two workers' clocks need not agree.
+        self.clock = server_clock(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
@@ -76,7 +80,7 @@ class BackoffRetryMiddleware(RetryMiddleware):
     async def process_request(self, request: Request) -> None:
         not_before = request.meta.get(NOT_BEFORE_META)
         if not_before:
-            wait = float(not_before) - time.time()
+            wait = float(not_before) - self.clock.time()
             if wait > 0:
                 await asyncio.sleep(wait)
 
@@ -95,7 +99,7 @@ class BackoffRetryMiddleware(RetryMiddleware):
                 self.crawler.stats.inc_value("retry/retry_after")
         if delay is None:
             delay = backoff_delay(retry.meta.get("retry_times", 1), self.base, self.cap)
-        retry.meta[NOT_BEFORE_META] = time.time() + delay
+        retry.meta[NOT_BEFORE_META] = self.clock.time() + delay
         return retry
 
     def process_exception(self, request: Request, exception: Exception) -> Any:
@@ -105,5 +109,5 @@ class BackoffRetryMiddleware(RetryMiddleware):
         if retry is None:
             request.meta[FAILED_META] = {"reason": "retries_exhausted", "exception": f"{type(exception).__name__}: {exception}"[:500]}
             return None
-        retry.meta[NOT_BEFORE_META] = time.time() + backoff_delay(retry.meta.get("retry_times", 1), self.base, self.cap)
+        retry.meta[NOT_BEFORE_META] = self.clock.time() + backoff_delay(retry.meta.get("retry_times", 1), self.base, self.cap)
         return retry

@@ -25,7 +25,7 @@ from twisted.internet.defer import Deferred
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.frontier import slot_of
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
 
@@ -64,7 +64,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         return parser
 
     async def _shared_parser(self, client: Any, request: Request, netloc: str) -> RobotParser | None:
-        keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
+        keys = keys_of(self.crawler)
         key = keys.robots(netloc)
         deadline = time.monotonic() + LOCK_SECONDS
         while True:

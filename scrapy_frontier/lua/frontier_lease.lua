@@ -5,15 +5,19 @@
 -- gives one request per 1/rate seconds (the host's 'next' time), a paused host (Retry-After)
 -- nothing before 'pause_until', a host at its concurrency cap nothing until a lease of it ends.
 -- Such a host is re-scored to the time it is due, so it never holds back the others.
--- KEYS[1] slots index (<spider>:requests), KEYS[2] this node's lease hash, KEYS[3] rates hash
--- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] now (Unix ms), ARGV[3] n,
--- ARGV[4] default rate (requests/second, 0 = none), ARGV[5] concurrency cap per host (0 = none),
--- ARGV[6] politeness prefix (+ host = the host's politeness hash)
--- Returns: first, when the earliest queued host is due (Unix ms, -1 if none), so an idle worker
--- can sleep until then instead of polling; then the leased payloads.
+-- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
+-- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
+-- KEYS[3] rates hash (the shard's copy of <spider>:rates)
+-- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n,
+-- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
+-- ARGV[5] politeness prefix (+ host = the host's politeness hash)
+-- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
+-- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
+-- clock is never compared with the server's); then the leased payloads.
 --! include politeness_policy
-local prefix, now, want = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local default_rate, cap, pprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
+--! include redis_time
+local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
+local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 local out = {}
 local left = hosts
@@ -59,5 +63,7 @@ while want > 0 and #left > 0 do
   left = next_round
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-table.insert(out, 1, first[2] or '-1')
+local due_in = -1
+if first[2] then due_in = math.max(0, tonumber(first[2]) - now) end
+table.insert(out, 1, tostring(due_in))
 return out

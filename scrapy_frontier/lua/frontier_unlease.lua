@@ -1,26 +1,29 @@
 -- frontier_unlease: give back some of this node's leases (requests it took but will not start,
 -- or leases it does not know it holds: a lease script whose reply was lost) to where they came
 -- from: a request to its host's queue, a raw start URL to the start URLs.
--- KEYS[1] slots index (<spider>:requests), KEYS[2] this node's lease hash, KEYS[3] start URLs
--- (list or set)
--- ARGV[1] queue prefix (+ host), ARGV[2] now (Unix ms), ARGV[3] politeness prefix (+ host),
--- ARGV[4] lease field prefix of a raw start URL, ARGV[5] start URLs as a set (1/0),
--- ARGV[6...] lease fields (payloads, or the start prefix + a raw start URL)
+-- The keys are of one hash slot: a shard's index and lease hash (KEYS[3] = KEYS[1]), or, in a
+-- sharded crawl, the start URLs and this node's start-URL lease hash.
+-- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] the lease hash, KEYS[3] start
+-- URLs (list or set)
+-- ARGV[1] queue prefix (+ host), ARGV[2] politeness prefix (+ host), ARGV[3] lease field prefix
+-- of a raw start URL, ARGV[4] start URLs as a set (1/0), ARGV[5...] lease fields
 -- Returns how many were leased and given back.
+--! include redis_time
+local now = redis_now_ms()
 local n = 0
-local start_prefix = ARGV[4]
-for i = 6, #ARGV do
+local start_prefix = ARGV[3]
+for i = 5, #ARGV do
   local val = redis.call('HGET', KEYS[2], ARGV[i])
   if val then
     local tab = string.find(val, '\t', 1, true)
     local host = string.sub(val, tab + 1)
     if host == '' then
       local raw = string.sub(ARGV[i], #start_prefix + 1)
-      if ARGV[5] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
+      if ARGV[4] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
     else
       redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
-      redis.call('ZADD', KEYS[1], 'NX', ARGV[2], host)
-      redis.call('HINCRBY', ARGV[3] .. host, 'inflight', -1)
+      redis.call('ZADD', KEYS[1], 'NX', now, host)
+      redis.call('HINCRBY', ARGV[2] .. host, 'inflight', -1)
     end
     redis.call('HDEL', KEYS[2], ARGV[i])
     n = n + 1

@@ -2,18 +2,19 @@
 -- minimum factor; a host without a rate gets a base rate first. With a pause, the host gets
 -- nothing before then. The host joins the limited set and is published on the events channel.
 -- KEYS[1] the host's politeness hash, KEYS[2] rates hash, KEYS[3] limited hosts set
--- ARGV[1] host, ARGV[2] now (Unix ms), ARGV[3] default rate (requests/second), ARGV[4] minimum
--- factor, ARGV[5] pause (ms, 0 = none), ARGV[6] base rate for a host that had no rate
--- (requests/second), ARGV[7] events channel
+-- ARGV[1] host, ARGV[2] default rate (requests/second), ARGV[3] minimum factor, ARGV[4] pause
+-- (ms from now, 0 = none; now is the server's time), ARGV[5] base rate for a host that had no
+-- rate (requests/second), ARGV[6] events channel
 -- Returns the new factor (a string).
 --! include politeness_policy
-local now = tonumber(ARGV[2])
-local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[3]), 'next_send')
-factor = math.max(tonumber(ARGV[4]), factor / 2)
+--! include redis_time
+local now = redis_now_ms()
+local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), 'next_send')
+factor = math.max(tonumber(ARGV[3]), factor / 2)
 redis.call('HSET', KEYS[1], 'factor', factor)
-if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[6]) end
-local wait = tonumber(ARGV[5])
+if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[5]) end
+local wait = tonumber(ARGV[4])
 if wait > 0 and now + wait > pause then redis.call('HSET', KEYS[1], 'pause_until', now + wait) end
 redis.call('SADD', KEYS[3], ARGV[1])
-redis.call('PUBLISH', ARGV[7], ARGV[1])
+redis.call('PUBLISH', ARGV[6], ARGV[1])
 return tostring(factor)

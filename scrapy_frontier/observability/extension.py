@@ -21,15 +21,17 @@ pipeline's ``items_stored``) and from Scrapy stats (``retry/reason_count/<reason
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
 from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting, read_value
-from scrapy_frontier.connection import ConfigError, async_redis
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.connection import ConfigError, async_redis, ready
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.observability.logjson import use_json_formatter
 from scrapy_frontier.observability.metrics import Metrics, drop_reason
@@ -150,7 +152,7 @@ class Observability:
         if self.enabled:
             await self._serve()
         if self.crawler.settings.get("REDIS_URL"):
-            keys = Keys.for_spider(self.crawler.settings, spider.name, type(spider))
+            keys = keys_of(self.crawler)
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final
                 # totals are being written.
@@ -158,6 +160,8 @@ class Observability:
             except ConfigError:
                 self.redis = None  # the scheduler reports it and closes the crawl
             else:
+                with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                    await ready(self.redis)  # unreachable: the scheduler reports it
                 self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set)
         self._task = asyncio.get_running_loop().create_task(self._run())
 

@@ -22,7 +22,7 @@ from scrapy.extensions.logstats import LogStats
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.frontier import Frontier, Status
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class ClusterLogStats(LogStats):
     async def _log_cluster(self, client: Any, spider: Spider, local: dict[str, Any]) -> None:
         if self._frontier is None or self._frontier.redis is not client:
             settings = self.crawler.settings
-            keys = Keys.for_spider(settings, spider.name, type(spider))
+            keys = keys_of(self.crawler)
             self._frontier = Frontier(client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
         try:
             status, pages, stored = await read_cluster(self._frontier)

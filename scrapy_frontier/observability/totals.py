@@ -106,11 +106,14 @@ class ClusterTotals:
         async with self.redis.pipeline(transaction=False) as pipe:
             for field, delta in deltas.items():
                 pipe.hincrby(k.stats, field, delta)
+            shards = k.all_shards()
             if not final:
-                pipe.hlen(k.leases(self.node_id))
+                for sh in shards:
+                    pipe.hlen(sh.leases(self.node_id))
                 pipe.llen(k.start_urls_invalid)
                 pipe.llen(k.items_invalid)
-                pipe.scard(k.limited)
+                for sh in shards:
+                    pipe.scard(sh.limited)
                 if address:
                     # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
                     pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)
@@ -137,5 +140,9 @@ class ClusterTotals:
             logger.info("Metrics: Redis answers again")
         if final:
             return None
-        leases, start_invalid, items_invalid, limited = (None if isinstance(v, Exception) else v for v in results[len(deltas) : len(deltas) + 4])
+        n = len(shards)
+        reads = [None if isinstance(v, Exception) else v for v in results[len(deltas) : len(deltas) + 2 * n + 2]]
+        leases = None if None in reads[:n] else sum(reads[:n])
+        start_invalid, items_invalid = reads[n : n + 2]
+        limited = None if None in reads[n + 2 :] else sum(reads[n + 2 :])
         return Gauges(status[0].depth, status[0].failed, leases, start_invalid, items_invalid, limited)

@@ -14,7 +14,7 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
 from scrapy_frontier.scripts import source
 from scrapy_frontier.signals import item_unchanged, items_stored
@@ -111,7 +111,7 @@ class RedisCachePipeline:
         return cls(crawler)
 
     async def open_spider(self) -> None:
-        self.keys = Keys.for_spider(self.crawler.settings, self.crawler.spider.name)
+        self.keys = keys_of(self.crawler)
         self.redis = optional_shared_redis(self.crawler)
         self._put = self.redis.register_script(_PUT) if self.redis is not None else None
         self._mark = self.redis.register_script(_MARK_STORED) if self.redis is not None else None

@@ -38,7 +38,7 @@ from scrapy_frontier.connection import (
     sync_redis,
 )
 from scrapy_frontier.deadletter import DeadLetters, item_record
-from scrapy_frontier.keys import Keys
+from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.pipelines.cache import RedisCachePipeline
 from scrapy_frontier.pipelines.validation import ItemRefused
@@ -125,8 +125,7 @@ class StoragePipeline:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     async def open_spider(self) -> None:
-        spider = self.crawler.spider
-        self.keys = Keys.for_spider(self.crawler.settings, spider.name)
+        self.keys = keys_of(self.crawler)
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
         try:

@@ -34,16 +34,18 @@ from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
+    detect_cluster,
+    is_cluster,
     redact_url,
-    shared_redis,
     sync_redis,
 )
 from scrapy_frontier.deadletter import DeadLetters
-from scrapy_frontier.dupefilter import DedupConfig, DupefilterMismatch, fingerprinter_id
+from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, now_ms, slot_of
-from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error
-from scrapy_frontier.nodes import Heartbeat, node_id_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
+from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
+from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
+from scrapy_frontier.politeness import sync_rates
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json
@@ -85,6 +87,10 @@ class FrontierScheduler(BaseScheduler):
         self.domain_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, minimum=0)
         self.domain_concurrency = read_setting(crawler, "DOMAIN_CONCURRENCY", int, minimum=0)
         self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, minimum=0)
+        self.shards_wanted = read_setting(crawler, "FRONTIER_SHARDS", int, minimum=0)
+        if self.shards_wanted is not None and self.shards_wanted > 16384:
+            fail_at_open(crawler, "Setting FRONTIER_SHARDS=%r is out of range: at most 16384 (the hash slots of a Redis Cluster)", self.shards_wanted)
+        self.rates_refresh = read_setting(crawler, "POLITENESS_REFRESH", float, above=0)
         self.dupefilter_debug = settings.getbool("DUPEFILTER_DEBUG")
         self._log_duplicates = True
         crawl_error = crawl_id_error(str(settings.get("CRAWL_ID") or "").strip())
@@ -138,7 +144,7 @@ class FrontierScheduler(BaseScheduler):
         if failed_at_open(self.crawler):
             return  # a setting already stops the crawl: join nothing, write nothing
         try:
-            client = shared_redis(self.crawler)
+            client = await detect_cluster(self.crawler)
             await client.ping()
         except ConfigError as exc:
             fail_at_open(self.crawler, "%s", exc)
@@ -154,12 +160,18 @@ class FrontierScheduler(BaseScheduler):
         try:
             if await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter):
                 logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
+            shards = await record_shards(client, self.keys, self._shards_for(client))
         except DupefilterMismatch as exc:
             fail_at_open(self.crawler, "%s", exc)
             return
         except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot read the dupefilter %s (%s)", redact_url(url), self.keys.dupefilter, describe_error(exc))
             return
+        if not self._shards_agree(client, shards):
+            return
+        self.keys = self.keys.with_shards(shards)
+        register(self.crawler, self.keys)
+        self.leases = LeaseBook(self.keys, self.node_id, self.stats)
         self.dead = DeadLetters(client, settings.get("DEAD_LETTER_DIR", "."))
         self.frontier = Frontier(
             client,
@@ -171,6 +183,8 @@ class FrontierScheduler(BaseScheduler):
             dedup=self.dedup,
         )
         self._loop = asyncio.get_running_loop()
+        self._rates: dict[bytes, bytes] | None = None
+        self._next_rates = 0.0
         self.heartbeat = Heartbeat(
             sync_redis(settings),
             self.keys,
@@ -181,6 +195,7 @@ class FrontierScheduler(BaseScheduler):
             info=self._node_info,
             on_dropped=self._dropped,
             on_reclaimed=self._reclaimed,
+            clock=server_clock(self.crawler),
         )
         try:
             await asyncio.to_thread(self.heartbeat.beat)
@@ -189,7 +204,8 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.heartbeat.start()
-        logger.info("Joined the crawl %r on %s as node %s", self.keys.crawl, redact_url(url), self.node_id)
+        layout = f", {shards} frontier shards" if shards else ""
+        logger.info("Joined the crawl %r on %s%s as node %s", self.keys.crawl, redact_url(url), layout, self.node_id)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
             # worker that dies loses them); here the frontier takes them under lease instead.
@@ -200,6 +216,37 @@ class FrontierScheduler(BaseScheduler):
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
         scrapy_internals.after_scrape(self.crawler, self.leases.scraped)
         self._task = self._loop.create_task(self._run())
+
+    def _shards_for(self, client: Any) -> int:
+        """The shard count a new crawl records: ``FRONTIER_SHARDS``, else none on a single Redis
+        and :data:`~scrapy_frontier.dupefilter.CLUSTER_SHARDS` on a Redis Cluster."""
+        if self.shards_wanted is not None:
+            return self.shards_wanted
+        return CLUSTER_SHARDS if is_cluster(client) else 0
+
+    def _shards_agree(self, client: Any, shards: int) -> bool:
+        """Refuse (at open) a recorded layout this worker cannot use, or one that differs from
+        an explicit ``FRONTIER_SHARDS``."""
+        if shards == 0 and is_cluster(client):
+            fail_at_open(
+                self.crawler,
+                "The crawl %r was started unsharded on a single Redis (%s:meta shards=0); it cannot go on on a Redis Cluster: "
+                "start it over on the cluster (another CRAWL_ID) or keep it on a single Redis",
+                self.keys.crawl,
+                self.keys.dupefilter,
+            )
+            return False
+        if self.shards_wanted is not None and self.shards_wanted != shards:
+            fail_at_open(
+                self.crawler,
+                "Setting FRONTIER_SHARDS=%s differs from the crawl's recorded layout (%s:meta shards=%s): every worker of a crawl uses the recorded one; "
+                "leave FRONTIER_SHARDS unset, or start a new crawl (another CRAWL_ID)",
+                self.shards_wanted,
+                self.keys.dupefilter,
+                shards,
+            )
+            return False
+        return True
 
     async def _record_crawl(self) -> None:
         """Add this crawl to ``scrapy-frontier:crawls`` once every component has opened without a
@@ -318,13 +365,16 @@ class FrontierScheduler(BaseScheduler):
             else:
                 self._poll_delay = min(self.poll_max, max(0.05, self._poll_delay * 2))
             delay = self._poll_delay
-            due = self.frontier.next_due_ms
-            if not got and due > 0:
+            due = self.frontier.next_due_in
+            if not got and due >= 0:
                 # a host is queued but not due yet (politeness): come back when it is
-                delay = min(delay, max(0.005, (due - now_ms()) / 1000))
+                delay = min(delay, max(0.005, due))
             self._next_poll = time.monotonic() + delay
         if self._outage_since is not None or time.monotonic() >= self._next_reconcile:
             await self._reconcile()
+        if self.keys.shards and time.monotonic() >= self._next_rates:
+            self._next_rates = time.monotonic() + self.rates_refresh
+            self._rates = await sync_rates(self.frontier.redis, self.keys, self._rates)
         await self._check_idle()
         if self._outage_since is not None:
             logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)

@@ -1,0 +1,161 @@
+"""Past one Redis server: a sharded frontier on a real Redis Cluster (six redis-server processes
+on loopback, three masters with a replica each), sharding on a single Redis, and the Redis
+server's time instead of the workers' clocks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import redis
+import redis.asyncio
+from scrapy.settings import Settings
+
+from scrapy_frontier.connection import sync_redis
+from scrapy_frontier.frontier import Entry, Frontier, read_status, reclaim_dead
+from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
+
+SHARDS = 16
+
+
+def keys(shards: int = SHARDS) -> Keys:
+    return Keys.for_spider(Settings(), "site").with_shards(shards)
+
+
+def entry(url: str, host: str) -> Entry:
+    return Entry(url, host, 0, json.dumps({"url": url}, separators=(",", ":")))
+
+
+def test_every_script_key_of_a_shard_is_in_one_slot():
+    from redis.crc import key_slot
+
+    k = keys()
+    for sh in k.all_shards():
+        names = (sh.queue, sh.queue_prefix + "example.com", sh.dupefilter, sh.forgotten, sh.bloom, sh.bloom_bits_prefix + "0:0")
+        names += (sh.leases("n1"), sh.politeness_prefix + "example.com", sh.rates, sh.limited)
+        slots = {key_slot(key.encode()) for key in names}
+        assert len(slots) == 1, sh
+    assert key_slot(k.start_leases("n1").encode()) == key_slot(k.start_urls.encode())
+    assert key_slot(k.items_replaying("n1").encode()) == key_slot(k.items_pending.encode())
+    assert hash_tag("{a}b") == "a" and hash_tag("a{}b") is None and hash_tag("ab") is None
+    # hosts spread over the shards
+    counts = [0] * SHARDS
+    for i in range(1600):
+        counts[shard_of_host(f"host{i}.example", SHARDS)] += 1
+    assert min(counts) > 60
+
+
+def test_settings_find_the_cluster(redis_cluster):
+    client = sync_redis(Settings({"REDIS_URL": redis_cluster.url}))
+    assert isinstance(client, redis.RedisCluster)
+    client.close()
+    plain = sync_redis(Settings({"REDIS_URL": redis_cluster.url, "REDIS_CLUSTER": "False"}))
+    assert isinstance(plain, redis.Redis)
+    plain.close()
+
+
+def test_frontier_on_a_cluster_pushes_leases_acks_and_reclaims(redis_cluster):
+    k = keys()
+    hosts = [f"127.1.0.{i}" for i in range(1, 41)]
+
+    async def go():
+        client = redis.asyncio.RedisCluster.from_url(redis_cluster.url)
+        await client.initialize()
+        try:
+            f = Frontier(client, k, "n1")
+            # one page's links to 40 hosts: one push per shard touched
+            assert await f.push([entry(f"http://{h}/", h) for h in hosts]) == 40
+            assert await f.push([entry(f"http://{h}/", h) for h in hosts]) == 0  # deduplicated per shard
+            taken: list[bytes] = []
+            for _ in range(40):
+                taken += await f.lease(8)
+                if len(taken) == 40:
+                    break
+            assert len(taken) == 40 and len(set(taken)) == 40
+            # children in other shards, then the parents' acknowledgements
+            added = await f.push([entry(f"http://{h}/child", h) for h in hosts[:5]], acks=taken[:10])
+            assert added == 5
+            status = await f.status(deep=True)
+            # nodes are not registered here: the leases count only for registered nodes
+            assert (status.hosts, status.depth) == (5, 5)
+            await client.zadd(k.nodes, {"n1": 1})  # a heartbeat long ago: n1 is dead
+            await client.lpush(k.start_urls, b"http://s/1")
+            assert await f.take_start_urls(5) == [b"http://s/1"]
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    sync = redis.RedisCluster.from_url(redis_cluster.url)
+    try:
+        status = read_status(sync, k)
+        assert status.inflight == 31 and status.nodes == 1  # 30 requests and a start URL
+        restored, nodes = reclaim_dead(sync, k, 1000)
+        assert (restored, nodes) == (31, 1)
+        status = read_status(sync, k)
+        assert status.inflight == 0 and status.depth == 35 and status.start_urls == 1 and status.nodes == 0
+        assert sync.lrange(k.start_urls, 0, -1) == [b"http://s/1"]
+    finally:
+        sync.close()
+
+
+@pytest.mark.slow
+def test_two_workers_crawl_the_docs_on_a_cluster(redis_cluster, docs_site, expected_pages, start_worker, mysql_url, mysql_query):
+    from tests.test_crawl import DISTRIBUTED, stored_urls_mysql
+
+    env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=DISTRIBUTED, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    assert "16 frontier shards" in workers[0].output
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    for w in workers:
+        assert w.wait() == 0, w.output[-3000:]
+    urls = stored_urls_mysql(mysql_query)
+    assert len(urls) == len(set(urls)), "a page was stored twice"
+    assert set(urls) == expected_pages
+    shares = [w.stat("item_scraped_count") for w in workers]
+    assert all(shares) and sum(shares) == len(expected_pages), shares
+    for w in workers:
+        assert "Traceback" not in w.output and " ERROR: " not in w.output
+    client.close()
+
+
+@pytest.mark.slow
+def test_a_sharded_crawl_on_a_single_redis(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    from tests.test_crawl import DISTRIBUTED, stored_urls_mysql
+
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings={**DISTRIBUTED, "FRONTIER_SHARDS": "4"}, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    for w in workers:
+        assert w.wait() == 0, w.output[-3000:]
+    urls = stored_urls_mysql(mysql_query)
+    assert len(urls) == len(set(urls)) and set(urls) == expected_pages
+    assert not list(redis_client.scan_iter(match="site:*leases*"))
+
+
+def test_a_worker_refuses_another_shard_count(start_worker, redis_url, redis_client):
+    redis_client.hset("site:dupefilter:meta", "shards", 4)
+    worker = start_worker(settings={"FRONTIER_SHARDS": "8", "MAX_IDLE_TIME_BEFORE_CLOSE": "1"}, env={"REDIS_URL": redis_url})
+    assert worker.wait(60) == 2
+    assert "FRONTIER_SHARDS=8 differs from the crawl's recorded layout" in worker.output
+    assert "Traceback" not in worker.output
+
+
+def test_heartbeats_use_the_server_clock(redis_url, redis_client):
+    """A node's heartbeat score is the server's time, whatever this process's clock says."""
+    from scrapy_frontier.nodes import Heartbeat
+
+    k = keys(0)
+    hb = Heartbeat(redis.Redis.from_url(redis_url), k, "n-clock", interval=1, timeout=5)
+    hb.beat()
+    seconds, micros = redis_client.time()
+    score = redis_client.zscore(k.nodes, "n-clock")
+    assert abs(score - (seconds * 1000 + micros // 1000)) < 1000
+    assert abs(hb.clock.offset) < 1
+    hb.client.close()
+
