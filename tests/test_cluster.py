@@ -159,3 +159,54 @@ def test_heartbeats_use_the_server_clock(redis_url, redis_client):
     assert abs(hb.clock.offset) < 1
     hb.client.close()
 
+
+
+def test_sentinel_url_follows_a_failover(throwaway_redis, tmp_path):
+    """``redis+sentinel://`` reaches the primary, and the primary again after a failover."""
+    import subprocess
+    import time
+
+    from tests.loopback import free_port, wait_port
+
+    primary = throwaway_redis()
+    replica = throwaway_redis(replicaof=f"127.0.0.1 {primary.port}")
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\nsentinel monitor frontier 127.0.0.1 {primary.port} 1\n"
+        "sentinel down-after-milliseconds frontier 1000\nsentinel failover-timeout frontier 5000\n"
+    )
+    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port("127.0.0.1", port)
+        client = sync_redis(Settings({"REDIS_URL": f"redis+sentinel://127.0.0.1:{port}/frontier/0"}))
+        client.set("probe:sentinel", "before")
+        deadline = time.monotonic() + 10
+        while redis.Redis(port=replica.port).get("probe:sentinel") != b"before" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        primary.proc.kill()
+        primary.proc.wait()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.set("probe:sentinel", "after")
+                break
+            except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        assert redis.Redis(port=replica.port).get("probe:sentinel") == b"after"
+        assert redis.Redis(port=replica.port).info("replication")["role"] == "master"
+        client.close()
+    finally:
+        sentinel.kill()
+        sentinel.wait()
+
+
+def test_a_malformed_sentinel_url_is_named():
+    from scrapy_frontier.connection import ConfigError
+
+    for url in ("redis+sentinel://:s3cret@h:x/master", "redis+sentinel://h:26379"):
+        with pytest.raises(ConfigError) as exc:
+            sync_redis(Settings({"REDIS_URL": url}))
+        assert "REDIS_URL" in str(exc.value) and "s3cret" not in str(exc.value)

@@ -1,0 +1,54 @@
+"""Workers whose clocks disagree by minutes behave as if they agreed: every time that decides
+something (heartbeats and the dead-node cutoff, host due times, send-time booking, pauses) is
+the Redis server's. One worker runs under libfaketime (Debian package faketime), its wall
+clock moved by FAKETIME, its monotonic clock left alone (Python's waits stay real)."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_politeness import FAST, max_in_window, recording_server  # noqa: F401 (fixture)
+
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+PAGES = 60
+RATE = 5
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not LIBFAKETIME.exists(), reason="needs Debian's faketime (tests/run.sh installs it)")]
+
+
+def skewed(offset: str) -> dict[str, str]:
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+
+
+@pytest.mark.parametrize(("offset", "late"), [("+120s", False), ("-120s", False), ("+120s", True)])
+def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_worker, redis_url, redis_client):  # noqa: F811
+    server = recording_server("127.0.0.12", pages=PAGES, delay_ms=300)
+    # quick heartbeats: a clock taken from the worker would declare one of the two dead at once
+    settings = {**FAST, "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "DOMAIN_RATE_LIMIT": str(RATE), "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
+    plain = start_worker(settings=settings, env={"REDIS_URL": redis_url})
+    plain.wait_for("Joined the crawl")
+    if late:
+        redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+        deadline = time.monotonic() + 60
+        while len(server.times("/site/")) < 10 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    other = start_worker(settings=settings, env={"REDIS_URL": redis_url, **skewed(offset)})
+    other.wait_for("Joined the crawl")
+    if not late:
+        redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    for w in (plain, other):
+        assert w.wait(120) == 0, w.output[-3000:]
+    times = server.times("/site/")
+    fetched = collections.Counter(line.split(" ", 1)[1] for line in server.log.read_text().splitlines() if " /site/" in line)
+    shares = [plain.stat("item_scraped_count"), other.stat("item_scraped_count")]
+    print(f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} fetches of {PAGES} pages, shares {shares}, most in any 1 s: {max_in_window(times)} (rate {RATE}/s)")
+    assert max(fetched.values()) == 1, "a URL was fetched twice"
+    assert len(fetched) == PAGES
+    assert max_in_window(times) <= RATE + 1  # the rate, plus a burst of one
+    assert min(shares) >= PAGES // 5, shares  # a fair share each (the late joiner misses the first ten)
+    for w in (plain, other):
+        assert "declared dead" not in w.output and "Reclaimed" not in w.output, w.output[-3000:]
