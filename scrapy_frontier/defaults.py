@@ -35,6 +35,9 @@ SETTINGS: dict[str, Any] = {
     "FRONTIER_PREFETCH": 0,
     # None: unsharded on a single Redis, dupefilter.CLUSTER_SHARDS on a Redis Cluster.
     "FRONTIER_SHARDS": None,
+    # None: 1 on a Redis Cluster whose masters have replicas, else 0.
+    "FRONTIER_WAIT_REPLICAS": None,
+    "FRONTIER_WAIT_TIMEOUT": 1.0,
     "FRONTIER_HEARTBEAT_INTERVAL": 5.0,
     "FRONTIER_NODE_TIMEOUT": 0.0,
     "FRONTIER_POLL_MAX": 1.0,

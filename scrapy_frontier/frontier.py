@@ -40,6 +40,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import NoScriptError
+
+from scrapy_frontier.connection import is_cluster
 from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
 from scrapy_frontier.keys import START_LEASE_PREFIX
 from scrapy_frontier.scripts import source
@@ -188,15 +191,24 @@ class Frontier:
         default_rate: float = 0.0,
         concurrency_cap: int = 0,
         dedup: DedupConfig | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
     ) -> None:
         """``keys`` with the crawl's shard count (:meth:`Keys.with_shards
         <scrapy_frontier.keys.Keys.with_shards>`); ``dedup``: the dupefilter's layout (exact set
         by default); ``default_rate``: requests/second per host for every worker together (0:
         none; a host's entry in ``<spider>:rates`` and its robots.txt Crawl-delay override it);
-        ``concurrency_cap``: requests in flight per host across the cluster (0: none)."""
+        ``concurrency_cap``: requests in flight per host across the cluster (0: none);
+        ``wait_replicas``: replicas that must have every push of a page's children (``WAIT``,
+        at most ``wait_timeout`` seconds) before its lease, in another shard, is acknowledged
+        (0: no wait)."""
         self.redis = redis
         self.default_rate = default_rate
         self.concurrency_cap = concurrency_cap
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = max(1, int(wait_timeout * 1000))
+        #: Pushes whose WAIT saw fewer than ``wait_replicas`` replicas in time (acknowledged anyway).
+        self.wait_short = 0
         self.keys = keys
         self.shards = keys.all_shards()
         self.dedup = (dedup or DedupConfig()).per_shard(len(self.shards))
@@ -225,6 +237,10 @@ class Frontier:
     # -- push and acknowledge ---------------------------------------------------------------
 
     def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> Any:
+        keys, args = self._push_args(sh, entries, acks, failed)
+        return self._push(keys=keys, args=args)
+
+    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> tuple[list[str], list[Any]]:
         args: list[str | bytes | int] = [sh.queue_prefix, len(entries), len(acks), len(failed)]
         for e in entries:
             args += (e.fingerprint, e.host, e.score, e.payload)
@@ -233,7 +249,37 @@ class Frontier:
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
         args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
-        return self._push(keys=[sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args=args)
+        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args
+
+    async def _replicated(self, pipe_fill: Any, node_key: str) -> list[Any]:
+        """Run ``pipe_fill(pipe)``'s commands and then ``WAIT wait_replicas`` on one connection
+        (a pipeline: WAIT counts the replicas that have this connection's writes), on the node
+        that owns ``node_key``. Returns the replies of the commands; counts a short WAIT in
+        :attr:`wait_short`. A script unknown to the node (a promoted replica) is loaded and the
+        call made again."""
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe_fill(pipe)
+                if is_cluster(self.redis):
+                    pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms, target_nodes=self.redis.get_node_from_key(node_key))
+                else:
+                    pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+                try:
+                    *replies, replicas = await pipe.execute()
+                except NoScriptError:
+                    if attempt:
+                        raise
+                    await self.redis.script_load(self._push.script)
+                    continue
+            if int(replicas) < self.wait_replicas:
+                self.wait_short += 1
+            return replies
+        raise AssertionError("unreachable")
+
+    async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes]) -> int:
+        keys, args = self._push_args(sh, entries, acks, [])
+        (added,) = await self._replicated(lambda pipe: pipe.evalsha(self._push.sha, len(keys), *keys, *args), sh.queue)
+        return int(added)
 
     async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
@@ -255,11 +301,26 @@ class Frontier:
         for a in acks:
             if not a.startswith(START_PREFIX):
                 ack_shard[self._lease_shard.get(a, 0)].append(a)
-        if failed:
-            await self.redis.lpush(self.keys.failed, *failed)
-        # When the pushes touch one shard only, its acknowledgements ride in the same call.
+        # When the pushes touch one shard only, its acknowledgements ride in the same call:
+        # one shard is one master, whose replicas get its writes in order. Across shards, with
+        # wait_replicas, every push (and the dead letters) is on a replica before any other
+        # shard's acknowledgement is sent: a master lost in a failover cannot take the children
+        # with it while the parent's acknowledgement, on another master, survives.
         single = next(iter(by_shard)) if len(by_shard) == 1 else None
-        calls = [self._push_call(self.shards[i], es, ack_shard.pop(i, []) if i == single else [], []) for i, es in by_shard.items()]
+        riders = ack_shard.pop(single, []) if single is not None else []
+        later = bool(ack_shard or start_acks)
+        if failed:
+            if self.wait_replicas and (later or riders):
+                await self._replicated(lambda pipe: pipe.lpush(self.keys.failed, *failed), self.keys.failed)
+            else:
+                await self.redis.lpush(self.keys.failed, *failed)
+        calls = []
+        for i, es in by_shard.items():
+            acks_here = riders if i == single else []
+            if self.wait_replicas and later:
+                calls.append(self._push_replicated(self.shards[i], es, acks_here))
+            else:
+                calls.append(self._push_call(self.shards[i], es, acks_here, []))
         added = sum(int(n) for n in await asyncio.gather(*calls))
         for i in by_shard:
             self._shard_due[i] = 0.0

@@ -91,6 +91,9 @@ class FrontierScheduler(BaseScheduler):
         if self.shards_wanted is not None and self.shards_wanted > 16384:
             fail_at_open(crawler, "Setting FRONTIER_SHARDS=%r is out of range: at most 16384 (the hash slots of a Redis Cluster)", self.shards_wanted)
         self.rates_refresh = read_setting(crawler, "POLITENESS_REFRESH", float, above=0)
+        self.wait_replicas_wanted = read_setting(crawler, "FRONTIER_WAIT_REPLICAS", int, minimum=0)
+        self.wait_timeout = read_setting(crawler, "FRONTIER_WAIT_TIMEOUT", float, above=0)
+        self._wait_short_seen = 0
         self.dupefilter_debug = settings.getbool("DUPEFILTER_DEBUG")
         self._log_duplicates = True
         crawl_error = crawl_id_error(str(settings.get("CRAWL_ID") or "").strip())
@@ -171,6 +174,11 @@ class FrontierScheduler(BaseScheduler):
             return
         self.keys = self.keys.with_shards(shards)
         register(self.crawler, self.keys)
+        if is_cluster(client) or str(url).startswith(("redis+sentinel", "rediss+sentinel")):
+            # A failover can lose the last writes without this worker seeing an error (redis-py
+            # retries on the new master): a link it queued then must reach the shared dupefilter
+            # again when its page is crawled again, not stop at this worker's first look.
+            self.local_seen_max = 0
         self.leases = LeaseBook(self.keys, self.node_id, self.stats)
         self.dead = DeadLetters(client, settings.get("DEAD_LETTER_DIR", "."))
         self.frontier = Frontier(
@@ -181,6 +189,8 @@ class FrontierScheduler(BaseScheduler):
             default_rate=self.domain_rate,
             concurrency_cap=self.domain_concurrency,
             dedup=self.dedup,
+            wait_replicas=self._wait_replicas_for(client),
+            wait_timeout=self.wait_timeout,
         )
         self._loop = asyncio.get_running_loop()
         self._rates: dict[bytes, bytes] | None = None
@@ -205,6 +215,8 @@ class FrontierScheduler(BaseScheduler):
             return
         self.heartbeat.start()
         layout = f", {shards} frontier shards" if shards else ""
+        if self.frontier.wait_replicas:
+            layout += f", pushes on {self.frontier.wait_replicas} replica(s) before acknowledgements"
         logger.info("Joined the crawl %r on %s%s as node %s", self.keys.crawl, redact_url(url), layout, self.node_id)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
@@ -223,6 +235,13 @@ class FrontierScheduler(BaseScheduler):
         if self.shards_wanted is not None:
             return self.shards_wanted
         return CLUSTER_SHARDS if is_cluster(client) else 0
+
+    def _wait_replicas_for(self, client: Any) -> int:
+        """``FRONTIER_WAIT_REPLICAS``, else 1 on a Redis Cluster whose slot map lists replicas
+        (shards on several masters: see Frontier.push), else 0."""
+        if self.wait_replicas_wanted is not None:
+            return self.wait_replicas_wanted
+        return 1 if is_cluster(client) and client.get_replicas() else 0
 
     def _shards_agree(self, client: Any, shards: int) -> bool:
         """Refuse (at open) a recorded layout this worker cannot use, or one that differs from
@@ -282,7 +301,7 @@ class FrontierScheduler(BaseScheduler):
         # same, as a start request or as a link found in a page, so they are deduplicated too.
         if not request.dont_filter or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
             digest = self.crawler.request_fingerprinter.fingerprint(request)
-            if digest in self._seen:
+            if self.local_seen_max and digest in self._seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
                 # spare the serialization and the bytes to Redis.
                 self._filtered(request)
@@ -294,7 +313,7 @@ class FrontierScheduler(BaseScheduler):
             logger.error("Refused request %s of spider %r: %s", request.url, self.spider.name, exc)
             self.stats.inc_value(f"frontier/refused/{exc.reason}")
             return "refused"
-        if digest:
+        if digest and self.local_seen_max:
             if len(self._seen) >= self.local_seen_max:
                 self._seen.clear()
             self._seen.add(digest)
@@ -391,6 +410,7 @@ class FrontierScheduler(BaseScheduler):
         # Read after the await: a lease acknowledged meanwhile moved from the book to to_ack.
         unknown = held - self.leases.payloads() - set(self.leases.to_ack)
         if unknown:
+            self._seen.clear()  # their acknowledgements were lost: so perhaps their children
             returned = await self.frontier.unlease(sorted(unknown))
             self.stats.inc_value("frontier/orphans_returned", returned)
             logger.warning("Returned %d leases this node held in Redis without knowing (a reply lost to a Redis error) to the frontier", returned)
@@ -408,6 +428,9 @@ class FrontierScheduler(BaseScheduler):
 
     def _outage(self, exc: BaseException) -> None:
         self.stats.inc_value("frontier/redis_errors")
+        # Writes just before an error may be lost (a failover, a restart without appendfsync
+        # always): what this worker queued must be able to be queued again.
+        self._seen.clear()
         if self._outage_since is None:
             self._outage_since = time.monotonic()
             self.stats.inc_value("frontier/redis_outages")
@@ -423,6 +446,11 @@ class FrontierScheduler(BaseScheduler):
             acks = to_ack[:] if last else []
             failed = to_fail[:] if last else []
             added = await self.frontier.push(entries, acks, failed)
+            if self.frontier.wait_short > self._wait_short_seen:
+                if not self._wait_short_seen:
+                    logger.warning("WAIT saw fewer than %d replica(s) within %.1fs; acknowledging anyway (a failover now may lose those pushes)", self.frontier.wait_replicas, self.wait_timeout)
+                self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
+                self._wait_short_seen = self.frontier.wait_short
             del self._to_push[: len(entries)]
             del to_ack[: len(acks)]
             del to_fail[: len(failed)]
