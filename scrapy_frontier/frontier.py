@@ -278,7 +278,8 @@ class Frontier:
 
     async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes]) -> int:
         keys, args = self._push_args(sh, entries, acks, [])
-        (added,) = await self._replicated(lambda pipe: pipe.evalsha(self._push.sha, len(keys), *keys, *args), sh.queue)
+        # execute_command: redis-py's cluster pipeline refuses its evalsha() method, not the command
+        (added,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
         return int(added)
 
     async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:

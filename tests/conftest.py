@@ -381,14 +381,16 @@ class RedisCluster:
         for i in range(2 * masters):
             d = directory / f"node{i}"
             d.mkdir(parents=True)
-            self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no"}))
+            self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no", "repl-diskless-sync-delay": "0"}))
         create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-replicas", "1", "--cluster-yes"]
         subprocess.run(create, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60)
         self.wait_ok()
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+        """The URL of the first node that is up (a worker needs one node to find the rest)."""
+        live = next(n for n in self.nodes if n.proc is not None and n.proc.poll() is None)
+        return f"redis://127.0.0.1:{live.port}/0"
 
     def client(self, port: int) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=5)
@@ -399,12 +401,21 @@ class RedisCluster:
         while time.monotonic() < deadline:
             try:
                 infos = [self.client(n.port).cluster("info") for n in self.nodes if n.proc and n.proc.poll() is None]
-                if all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos):
+                if all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos) and self._replicas_online():
                     return
             except redis.RedisError:
                 pass
             time.sleep(0.2)
         raise AssertionError("the Redis Cluster did not reach cluster_state:ok")
+
+    def _replicas_online(self) -> bool:
+        """Every live replica has finished its sync (WAIT counts only those)."""
+        for n in self.nodes:
+            if n.proc and n.proc.poll() is None:
+                info = self.client(n.port).info("replication")
+                if info["role"] == "slave" and info.get("master_link_status") != "up":
+                    return False
+        return True
 
     def masters(self) -> list[RedisServer]:
         out = []

@@ -15,6 +15,7 @@ from scrapy.settings import Settings
 from scrapy_frontier.connection import sync_redis
 from scrapy_frontier.frontier import Entry, Frontier, read_status, reclaim_dead
 from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
+from tests.conftest import DOCS, HttpServer
 
 SHARDS = 16
 
@@ -168,8 +169,7 @@ def test_sentinel_url_follows_a_failover(throwaway_redis, tmp_path):
 
     from tests.loopback import free_port, wait_port
 
-    primary = throwaway_redis()
-    replica = throwaway_redis(replicaof=f"127.0.0.1 {primary.port}")
+    primary, replica = _primary_and_replica(throwaway_redis)
     port = free_port()
     conf = tmp_path / "sentinel.conf"
     conf.write_text(
@@ -210,3 +210,183 @@ def test_a_malformed_sentinel_url_is_named():
         with pytest.raises(ConfigError) as exc:
             sync_redis(Settings({"REDIS_URL": url}))
         assert "REDIS_URL" in str(exc.value) and "s3cret" not in str(exc.value)
+
+
+def _crawl_with_fault(cluster_url, site, start_worker, mysql_url, mysql_query, fault, *, pages_before: int = 120):
+    """Two workers crawl ``site`` on a cluster; ``fault()`` runs once ``pages_before`` pages are
+    stored. Returns (stored URLs, workers)."""
+    from tests.test_crawl import stored_urls_mysql
+    from tests.test_faults import wait_stored
+
+    env = {"REDIS_URL": cluster_url, "MYSQL_URL": mysql_url}
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+    workers = [start_worker(settings=settings, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    client = redis.RedisCluster.from_url(cluster_url)
+    client.lpush("site:start_urls", f"{site.url}index.html")
+    client.close()
+    wait_stored(lambda: len(stored_urls_mysql(mysql_query)), pages_before)
+    fault()
+    for w in workers:
+        assert w.wait(240) == 0, w.output[-3000:]
+    return stored_urls_mysql(mysql_query), workers
+
+
+def _shard_master(cluster, host: str):
+    """The cluster node (RedisServer) that holds the frontier shard of ``host``."""
+    client = redis.RedisCluster.from_url(cluster.url)
+    try:
+        node = client.get_node_from_key(keys().shard_of(host).queue)
+    finally:
+        client.close()
+    return next(n for n in cluster.nodes if n.port == node.port)
+
+
+@pytest.mark.slow
+def test_a_master_killed_mid_crawl_loses_nothing(redis_cluster, tmp_path, start_worker, mysql_url, mysql_query):
+    from tests.test_faults import expected, report
+
+    site = HttpServer(DOCS, "127.0.0.13", log=tmp_path / "access.log")
+    try:
+        victim = _shard_master(redis_cluster, "127.0.0.13")
+        if victim is redis_cluster.nodes[0]:
+            # the workers' REDIS_URL names node 0: a worker needs it up to start, not to go on
+            redis_cluster.nodes.append(redis_cluster.nodes.pop(0))
+
+        def kill_master():
+            victim.proc.kill()
+            victim.proc.wait()
+            redis_cluster.wait_ok()  # its replica promoted
+
+        urls, workers = _crawl_with_fault(redis_cluster.url, site, start_worker, mysql_url, mysql_query, kill_master)
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        figures = report("cluster_master_killed", site, urls, client)
+        client.close()
+        assert set(urls) == expected(site)
+        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
+        assert all("Traceback" not in w.output for w in workers)
+    finally:
+        site.stop()
+
+
+@pytest.mark.slow
+def test_slots_migrated_mid_crawl_lose_nothing(redis_cluster, tmp_path, start_worker, mysql_url, mysql_query):
+    import subprocess
+
+    from tests.test_faults import expected, report
+
+    site = HttpServer(DOCS, "127.0.0.14", log=tmp_path / "access.log")
+    try:
+        source = _shard_master(redis_cluster, "127.0.0.14")
+        target = next(m for m in redis_cluster.masters() if m.port != source.port)
+
+        def node_id(server):
+            return redis_cluster.client(server.port).execute_command("CLUSTER", "MYID").decode()
+
+        def reshard():
+            # every slot of the master holding the site's shard moves to another master, keys and all
+            subprocess.run(
+                ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{source.port}", "--cluster-from", node_id(source), "--cluster-to", node_id(target),
+                 "--cluster-slots", "16384", "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=180,
+            )  # fmt: skip
+
+        urls, workers = _crawl_with_fault(redis_cluster.url, site, start_worker, mysql_url, mysql_query, reshard)
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        assert client.get_node_from_key(keys().shard_of("127.0.0.14").queue).port == target.port
+        figures = report("cluster_slots_migrated", site, urls, client)
+        client.close()
+        assert set(urls) == expected(site)
+        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
+        assert all("Traceback" not in w.output for w in workers)
+    finally:
+        site.stop()
+
+
+def test_pushes_wait_for_a_replica_before_other_shards_acknowledge(redis_cluster, redis_url):
+    k = keys()
+    hosts = [f"127.1.1.{i}" for i in range(1, 21)]
+
+    async def go(url, cluster, wait_timeout):
+        client = (redis.asyncio.RedisCluster if cluster else redis.asyncio.Redis).from_url(url)
+        if cluster:
+            await client.initialize()
+        try:
+            f = Frontier(client, k, "n-wait", wait_replicas=1, wait_timeout=wait_timeout)
+            await f.push([entry(f"http://{h}/", h) for h in hosts])
+            taken: list[bytes] = []
+            for _ in range(20):
+                taken += await f.lease(20)
+                if len(taken) == 20:
+                    break
+            # children on many shards, acknowledgements on others: pushes WAIT first
+            added = await f.push([entry(f"http://{h}/c", h) for h in hosts], acks=taken, failed=['{"reason":"x"}'])
+            return added, f.wait_short, await client.llen(k.failed)
+        finally:
+            await client.delete(k.failed)
+            await client.aclose()
+
+    # three masters with a replica each: every WAIT is answered
+    assert asyncio.run(go(redis_cluster.url, True, 2.0)) == (20, 0, 1)
+    # a single Redis without replicas: each WAIT times out and is counted, nothing is lost
+    added, short, failed = asyncio.run(go(redis_url, False, 0.05))
+    assert (added, failed) == (20, 1) and short > 0
+
+
+def _primary_and_replica(throwaway_redis):
+    """A primary and a replica in sync with it (a replica promoted before its first sync
+    would start the crawl over from nothing)."""
+    import time
+
+    primary = throwaway_redis(**{"repl-diskless-sync-delay": "0"})
+    replica = throwaway_redis(replicaof=f"127.0.0.1 {primary.port}")
+    deadline = time.monotonic() + 30
+    while redis.Redis(port=replica.port).info("replication").get("master_link_status") != "up":
+        assert time.monotonic() < deadline, "the replica did not sync"
+        time.sleep(0.1)
+    return primary, replica
+
+
+@pytest.mark.slow
+def test_sentinel_primary_killed_mid_crawl_loses_nothing(throwaway_redis, tmp_path, start_worker, mysql_url, mysql_query):
+    import subprocess
+
+    from tests.loopback import free_port, wait_port
+    from tests.test_crawl import stored_urls_mysql
+    from tests.test_faults import expected, report, wait_stored
+
+    primary, replica = _primary_and_replica(throwaway_redis)
+    port = free_port()
+    conf = tmp_path / "sentinel.conf"
+    conf.write_text(
+        f"port {port}\nbind 127.0.0.1\nsentinel monitor frontier 127.0.0.1 {primary.port} 1\n"
+        "sentinel down-after-milliseconds frontier 1000\nsentinel failover-timeout frontier 5000\n"
+    )
+    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    site = HttpServer(DOCS, "127.0.0.15", log=tmp_path / "access.log")
+    try:
+        wait_port("127.0.0.1", port)
+        url = f"redis+sentinel://127.0.0.1:{port}/frontier/0"
+        env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+        workers = [start_worker(settings=settings, env=env) for _ in range(2)]
+        for w in workers:
+            w.wait_for("Joined the crawl")
+        redis.Redis(port=primary.port).lpush("site:start_urls", f"{site.url}index.html")
+        wait_stored(lambda: len(stored_urls_mysql(mysql_query)), 120)
+        primary.proc.kill()
+        primary.proc.wait()
+        for w in workers:
+            assert w.wait(240) == 0, w.output[-3000:]
+        urls = stored_urls_mysql(mysql_query)
+        client = redis.Redis(port=replica.port)
+        assert client.info("replication")["role"] == "master"
+        figures = report("sentinel_primary_killed", site, urls, client)
+        assert set(urls) == expected(site)
+        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
+        assert all("Traceback" not in w.output for w in workers)
+    finally:
+        site.stop()
+        sentinel.kill()
+        sentinel.wait()

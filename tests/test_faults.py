@@ -35,7 +35,7 @@ def expected(site) -> set[str]:
 
 
 def leases_left(client) -> int:
-    return sum(client.hlen(k) for k in client.scan_iter(match="site:leases:*"))
+    return sum(client.hlen(k) for k in client.scan_iter(match="site:*leases*"))
 
 
 def report(name: str, site, urls: list[str], client, pending: int = 0) -> dict:

@@ -60,7 +60,17 @@ __all__ = ["FAILED_META", "LEASE_META", "FrontierScheduler"]
 
 logger = logging.getLogger(__name__)
 
-_REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+#: What a Redis outage raises, a failover or a slot migration included (a Redis Cluster's
+#: "cluster is down" and TRYAGAIN once redis-py's own retries are spent): retried with backoff.
+_REDIS_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterError,
+    redis.exceptions.ReadOnlyError,
+    OSError,
+)
 _PUSH_BATCH = 1000
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
