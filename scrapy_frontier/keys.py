@@ -266,8 +266,28 @@ class Keys:
 
     @property
     def item_cache_prefix(self) -> str:
-        """Write-through cache of the latest version of each item: prefix + sha1(unique key)."""
+        """Write-through cache of the latest version of each item (unsharded): prefix + sha1(unique key)."""
         return self.items + ":cache:"
+
+    def item_cache_shard(self, digest: str) -> int:
+        """The shard of the cache entry whose key ends in ``digest`` (hex): its first 8 digits
+        modulo the shard count (0 unsharded)."""
+        return int(digest[:8], 16) % self.shards if self.shards > 1 else 0
+
+    def item_cache(self, digest: str) -> str:
+        """The cache key of an item whose unique key hashes to ``digest`` (hex SHA-1):
+        ``<spider>:items:cache:<digest>``, or, sharded, ``<spider>:{<spider>/<i>}:items:cache:<digest>``
+        (a batch of cache writes is one script call per shard)."""
+        if not self.shards:
+            return self.item_cache_prefix + digest
+        return f"{self.crawl}:{{{self.crawl}/{self.item_cache_shard(digest)}}}:items:cache:{digest}"
+
+    @property
+    def item_cache_match(self) -> str:
+        """A ``SCAN MATCH`` pattern of every cache key of the crawl."""
+        if not self.shards:
+            return self.item_cache_prefix + "*"
+        return f"{self.crawl}:{{{self.crawl}/*}}:items:cache:*"
 
     @property
     def nodes(self) -> str:

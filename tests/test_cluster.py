@@ -390,3 +390,26 @@ def test_sentinel_primary_killed_mid_crawl_loses_nothing(throwaway_redis, tmp_pa
         site.stop()
         sentinel.kill()
         sentinel.wait()
+
+
+@pytest.mark.slow
+def test_items_cached_and_stored_on_a_cluster(redis_cluster, tutorial_site, start_worker, mysql_url, mysql_query):
+    """The cache pipeline writes one script call per shard its keys fall in (a cache write of
+    keys in many hash slots is refused by a cluster); a second crawl finds every page unchanged."""
+    from tests.test_crawl import DISTRIBUTED
+
+    server, expected = tutorial_site
+    env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
+    for run in range(2):
+        worker = start_worker(settings={**DISTRIBUTED, "SCHEDULER_PERSIST": "False"}, env=env)
+        worker.wait_for("Joined the crawl")
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        client.lpush("site:start_urls", f"{server.url}tutorial/index.html")
+        assert worker.wait() == 0, worker.output[-3000:]
+        assert "cache writes fail" not in worker.output and "Could not mark" not in worker.output, worker.output[-3000:]
+        cached = list(client.scan_iter(match="site:{site/*}:items:cache:*"))
+        stored = mysql_query("SELECT COUNT(*) FROM pages")[0][0]
+        assert stored == len(expected) and len(cached) == stored
+        if run == 1:
+            assert worker.stat("cache/unchanged") == stored
+        client.close()

@@ -119,7 +119,7 @@ class Command(RedisCommand):
     def _stored_urls(self, client: redis.Redis, keys: Keys) -> list[str]:
         """The ``url`` of every item in the Redis item cache (``<spider>:items:cache:*``)."""
         urls = []
-        cache_keys = list(client.scan_iter(match=keys.item_cache_prefix + "*", count=1000))
+        cache_keys = list(client.scan_iter(match=keys.item_cache_match, count=1000))
         with client.pipeline(transaction=False) as pipe:
             for key in cache_keys:
                 pipe.hget(key, "item")
@@ -131,7 +131,7 @@ class Command(RedisCommand):
                 if isinstance(url, str):
                     urls.append(url)
         if not cache_keys:
-            print(f"warning: no item in the cache {keys.item_cache_prefix}*: --pattern matches nothing", file=sys.stderr)
+            print(f"warning: no item in the cache {keys.item_cache_match}: --pattern matches nothing", file=sys.stderr)
         return urls
 
     def describe(self, result: dict[str, Any]) -> str:

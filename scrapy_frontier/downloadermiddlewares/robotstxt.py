@@ -88,7 +88,9 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         self._stats.inc_value("robotstxt/response_count")
         self._stats.inc_value(f"robotstxt/response_status_count/{response.status}")
         body = response.body if response.status < 500 else b""
-        async with client.pipeline(transaction=True) as pipe:
+        # Not a transaction: the copy and its lock are in two hash slots of a Redis Cluster (the
+        # lock expires by itself should the delete not follow).
+        async with client.pipeline(transaction=False) as pipe:
             pipe.hset(key, mapping={"status": response.status, "body": body})
             pipe.expire(key, self.ttl)
             pipe.delete(key + ":lock")

@@ -14,7 +14,7 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
-from scrapy_frontier.keys import keys_of
+from scrapy_frontier.keys import hash_tag, keys_of
 from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
 from scrapy_frontier.scripts import source
 from scrapy_frontier.signals import item_unchanged, items_stored
@@ -40,8 +40,14 @@ _MARK_STORED = source("cache_mark_stored")
 
 
 def cache_key(prefix: str, unique_value: Any) -> str:
-    """``<spider>:items:cache:<sha1 hex of the unique key's value>``."""
+    """``<spider>:items:cache:<sha1 hex of the unique key's value>`` (an unsharded crawl)."""
     return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
+
+
+def cache_key_of(keys: Any, unique_value: Any) -> str:
+    """The cache key of ``unique_value`` in the crawl of ``keys`` (:meth:`Keys.item_cache
+    <scrapy_frontier.keys.Keys.item_cache>`)."""
+    return keys.item_cache(hashlib.sha1(str(unique_value).encode()).hexdigest())
 
 
 def store_id(settings: Any) -> str:
@@ -127,12 +133,12 @@ class RedisCachePipeline:
                 document = document_of(item, self.document_key)
             except (TypeError, ValueError):
                 return None
-            return cache_key(self.keys.item_cache_prefix, f"{document.item_type}\0{document.key_hash}"), document.content_hash, values
+            return cache_key_of(self.keys, f"{document.item_type}\0{document.key_hash}"), document.content_hash, values
         try:
             content_hash = content_hash_of(item, schema)
         except (TypeError, ValueError):  # a value JSON cannot hold: cached, never found unchanged
             content_hash = ""
-        return cache_key(self.keys.item_cache_prefix, values.get(schema.unique_key)), content_hash, values
+        return cache_key_of(self.keys, values.get(schema.unique_key)), content_hash, values
 
     async def _on_stored(self, items: list[Any]) -> None:
         if self._mark is None:
@@ -141,7 +147,10 @@ class RedisCachePipeline:
         if not marks:
             return
         try:
-            await self._mark(keys=[key for key, _, _ in marks], args=[f"{self.store}:{content_hash}" for _, content_hash, _ in marks])
+            groups: dict[str, list[tuple[str, str]]] = {}
+            for key, content_hash, _ in marks:
+                groups.setdefault(hash_tag(key) or "", []).append((key, f"{self.store}:{content_hash}"))
+            await asyncio.gather(*(self._mark(keys=[k for k, _ in group], args=[v for _, v in group]) for group in groups.values()))
         except Exception as exc:
             self.stats.inc_value("cache/errors", len(marks))
             if not self._marks_failing:
@@ -186,6 +195,36 @@ class RedisCachePipeline:
     async def close_spider(self) -> None:
         await self.settled()
 
+    async def _write(self, batch: list[tuple[str, str, str, Any]]) -> list[Any]:
+        """Write ``batch``: one script call, or, in a sharded crawl, one per shard the keys fall
+        in (concurrently) and the items list apart. Returns each item's stored hash, in order."""
+        if not self.keys.shards:
+            keys = [self.keys.items]
+            args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
+            for key, content_hash, data, _ in batch:
+                keys.append(key)
+                args += (content_hash, data)
+            return list(await self._put(keys=keys, args=args))
+        groups: dict[str, list[int]] = {}
+        for i, (key, _, _, _) in enumerate(batch):
+            groups.setdefault(hash_tag(key) or "", []).append(i)
+        calls = []
+        for indexes in groups.values():
+            keys = [batch[indexes[0]][0]]  # KEYS[1] (the items list) unused with push 0: a key of the slot
+            args = [self.ttl, "0"]
+            for i in indexes:
+                key, content_hash, data, _ = batch[i]
+                keys.append(key)
+                args += (content_hash, data)
+            calls.append(self._put(keys=keys, args=args))
+        if self.push_list:
+            await self.redis.rpush(self.keys.items, *(data for _, _, data, _ in batch))
+        olds: list[Any] = [None] * len(batch)
+        for indexes, replies in zip(groups.values(), await asyncio.gather(*calls)):
+            for i, old in zip(indexes, replies):
+                olds[i] = old
+        return olds
+
     async def _write_batches(self) -> None:
         """Write the waiting items, a batch at a time, until none is left; send
         ``item_unchanged`` for each item whose stored hash equals its content hash."""
@@ -194,14 +233,8 @@ class RedisCachePipeline:
             await asyncio.sleep(BATCH_WINDOW)
             while self._waiting:
                 batch, self._waiting = self._waiting[:BATCH_MAX], self._waiting[BATCH_MAX:]
-                keys = [self.keys.items]
-                args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
-                for key, content_hash, data, _ in batch:
-                    keys.append(key)
-                    args.append(content_hash)
-                    args.append(data)
                 try:
-                    olds = await self._put(keys=keys, args=args)
+                    olds = await self._write(batch)
                 except Exception as exc:
                     self.stats.inc_value("cache/errors", len(batch))
                     if not self._failing:
