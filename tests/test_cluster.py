@@ -413,3 +413,45 @@ def test_items_cached_and_stored_on_a_cluster(redis_cluster, tutorial_site, star
         if run == 1:
             assert worker.stat("cache/unchanged") == stored
         client.close()
+
+
+def test_commands_on_a_cluster(redis_cluster, tmp_path):
+    """push, status, requeue, forget and replay on a sharded crawl of a Redis Cluster."""
+    from tests.test_commands import GOOD_PAGE, run
+
+    env = {"REDIS_URL": redis_cluster.url}
+    client = redis.RedisCluster.from_url(redis_cluster.url)
+    k = keys()
+    client.hset(k.dupefilter_meta, mapping={"shards": SHARDS, "layout": "set"})
+    try:
+        pushed = run(["push", "site", "http://127.1.2.3/a", "--json"], env)
+        assert pushed.returncode == 0, pushed.stderr
+        assert client.lrange(k.start_urls, 0, -1) == [b"http://127.1.2.3/a"]
+        # a dead letter back in its host's shard
+        record = json.dumps({"reason": "retries_exhausted", "request": {"url": "http://127.1.2.3/x", "meta": {"retry_times": 2}}})
+        client.lpush(k.failed, record)
+        requeued = run(["requeue", "site", "--json"], env)
+        assert requeued.returncode == 0, requeued.stderr
+        assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}
+        sh = k.shard_of("127.1.2.3")
+        assert client.zcard(sh.queue_prefix + "127.1.2.3") == 1 and client.zscore(sh.queue, "127.1.2.3") is not None
+        status = run(["status", "site", "--json"], env)
+        assert status.returncode == 0, status.stderr
+        figures = json.loads(status.stdout)
+        assert figures["frontier"]["queued"] == 1 and figures["frontier"]["start_urls_waiting"] == 1
+        # forget: the fingerprint leaves the URL's own shard
+        from scrapy import Request
+        from scrapy.utils.request import RequestFingerprinter
+
+        fp = RequestFingerprinter().fingerprint(Request("http://127.1.2.3/seen")).hex()
+        client.sadd(sh.dupefilter, fp)
+        forgot = run(["forget", "site", "http://127.1.2.3/seen", "--json"], env)
+        assert forgot.returncode == 0, forgot.stderr
+        assert json.loads(forgot.stdout)["known"] == 1 and not client.sismember(sh.dupefilter, fp)
+        # replay: pending items through their node's replaying list, in the pending list's slot
+        client.lpush(k.items_pending, json.dumps({"item_class": "crawler.items.Page", "item": GOOD_PAGE}))
+        replayed = run(["replay", "site", "--json", "-s", f"SQLITE_PATH={tmp_path / 'r.sqlite3'}"], env)
+        assert replayed.returncode == 0, replayed.stderr
+        assert json.loads(replayed.stdout) == {"written": 1, "refused": 0, "left": 0}
+    finally:
+        client.close()
