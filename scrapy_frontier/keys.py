@@ -282,6 +282,14 @@ class Keys:
             return self.item_cache_prefix + digest
         return f"{self.crawl}:{{{self.crawl}/{self.item_cache_shard(digest)}}}:items:cache:{digest}"
 
+    def item_cache_bucket(self, n: int) -> str:
+        """Bucket ``n`` of the lean item cache (``REDIS_CACHE_ITEMS`` off): a hash of many items'
+        markers, ``<spider>:items:cache:@<n>``, sharded ``<spider>:{<spider>/<i>}:items:cache:@<n>``
+        (``i`` = ``n`` modulo the shard count)."""
+        if not self.shards:
+            return f"{self.item_cache_prefix}@{n}"
+        return f"{self.crawl}:{{{self.crawl}/{n % self.shards if self.shards > 1 else 0}}}:items:cache:@{n}"
+
     @property
     def item_cache_match(self) -> str:
         """A ``SCAN MATCH`` pattern of every cache key of the crawl."""

@@ -57,7 +57,7 @@ def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, re
 def test_same_crawl_in_redis_cache(docs_site, start_worker, redis_url, redis_client, tmp_path):
     """Distributed mode without MYSQL_URL stores in SQLite and caches every page in Redis."""
     db = tmp_path / "crawl.sqlite3"
-    worker = start_worker(settings={**DISTRIBUTED, "SQLITE_PATH": str(db), "SCHEDULER_PERSIST": "True"}, env={"REDIS_URL": redis_url})
+    worker = start_worker(settings={**DISTRIBUTED, "SQLITE_PATH": str(db), "SCHEDULER_PERSIST": "True", "REDIS_CACHE_ITEMS": "True"}, env={"REDIS_URL": redis_url})
     worker.wait_for("Joined the crawl")
     redis_client.lpush("site:start_urls", f"{docs_site.url}library/json.html")
     assert worker.wait() == 0

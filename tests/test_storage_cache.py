@@ -8,6 +8,8 @@ import json
 import socket
 from datetime import UTC, datetime
 
+import pytest
+
 from crawler.items import Page
 from scrapy_frontier.pipelines.cache import BATCH_MAX, cache_key
 from scrapy_frontier.signals import item_unchanged, items_stored
@@ -55,7 +57,7 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None,
 
 def test_a_burst_of_items_is_cached_in_few_script_calls(redis_url, redis_client):
     items = [page(i) for i in range(2 * BATCH_MAX + 1)]
-    out = asyncio.run(_cache(redis_url, [items]))
+    out = asyncio.run(_cache(redis_url, [items], settings={"REDIS_CACHE_ITEMS": True}))
     assert out["returned"] == [items]
     assert out["stats"]["cache/written"] == len(items)
     assert out["stats"]["cache/batches"] == 3  # 200 + 200 + 1, not one call per item
@@ -68,28 +70,46 @@ def test_a_burst_of_items_is_cached_in_few_script_calls(redis_url, redis_client)
         assert 0 < redis_client.ttl(key) <= 3600
 
 
-def test_only_items_the_database_confirmed_are_reported_unchanged(redis_url):
+def test_the_lean_cache_keeps_a_marker_per_item_in_a_few_buckets(redis_url, redis_client):
+    """By default an item leaves in Redis only a marker of what was committed: 10 + 8 bytes in
+    a bucket hash that stays in Redis's compact listpack encoding."""
+    items = [page(i) for i in range(300)]
+    out = asyncio.run(_cache(redis_url, [items], stored_after=items, settings={"REDIS_CACHE_CAPACITY": 640}))
+    assert out["stats"]["cache/checked"] == 300 and out["stats"]["cache/batches"] == 2
+    buckets = list(redis_client.scan_iter(match="site:items:cache:@*"))
+    assert len(buckets) == 10  # REDIS_CACHE_CAPACITY / 64
+    assert sum(redis_client.hlen(b) for b in buckets) == 300
+    assert all(redis_client.object("encoding", b) == b"listpack" for b in buckets)
+    assert not list(redis_client.scan_iter(match="site:items:cache:[0-9a-f]*"))
+    per_item = sum(redis_client.memory_usage(b) for b in buckets) / 300
+    print(f"FIGURES lean cache: {per_item:.0f} bytes per item (MEMORY USAGE of the buckets)")
+    assert per_item < 60
+
+
+@pytest.mark.parametrize("keep", ["False", "True"])
+def test_only_items_the_database_confirmed_are_reported_unchanged(keep, redis_url):
     first = [page(i) for i in range(6)]
     stored = first[:3]  # the database confirmed only these
     again = [page(i) for i in range(6)]
     again[2] = page(2, content_hash="f" * 64)  # stored before, changed since
-    out = asyncio.run(_cache(redis_url, [first, again], stored_after=stored))
+    out = asyncio.run(_cache(redis_url, [first, again], stored_after=stored, settings={"REDIS_CACHE_ITEMS": keep}))
     assert out["unchanged"][0] == []
     assert [item["url"] for item in out["unchanged"][1]] == ["http://h/0", "http://h/1"]
     assert out["stats"]["cache/unchanged"] == 2
     assert out["returned"][1] == again
 
 
-def test_a_hash_stored_in_one_database_skips_no_write_to_another(redis_url):
+@pytest.mark.parametrize("keep", ["False", "True"])
+def test_a_hash_stored_in_one_database_skips_no_write_to_another(keep, redis_url):
     """A stored hash names the database that confirmed it: the same pages sent to another
     MYSQL_URL (here only the database name differs) are all written there."""
     items = [page(i) for i in range(4)]
-    first = {"MYSQL_URL": "mysql://crawler:secret@db.example:3306/first"}
+    first = {"MYSQL_URL": "mysql://crawler:secret@db.example:3306/first", "REDIS_CACHE_ITEMS": keep}
     out = asyncio.run(_cache(redis_url, [items, items], stored_after=items, settings=first))
     assert [len(unchanged) for unchanged in out["unchanged"]] == [0, 4]
-    other = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:secret@db.example:3306/other"}))
+    other = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:secret@db.example:3306/other", "REDIS_CACHE_ITEMS": keep}))
     assert other["unchanged"] == [[]] and "cache/unchanged" not in other["stats"]
-    again = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:changed@db.example:3306/first"}))
+    again = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:changed@db.example:3306/first", "REDIS_CACHE_ITEMS": keep}))
     assert len(again["unchanged"][0]) == 4  # a new password is the same database
 
 
@@ -101,7 +121,7 @@ def test_a_redis_error_never_drops_an_item(redis_url):
     out = asyncio.run(_cache(f"redis://127.0.0.1:{port}/0", [items]))
     assert out["returned"] == [items]
     assert out["stats"]["cache/errors"] == 5
-    assert "cache/written" not in out["stats"] and out["unchanged"] == [[]]
+    assert "cache/checked" not in out["stats"] and out["unchanged"] == [[]]
 
 
 async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rounds: list) -> tuple[dict, list]:

@@ -132,6 +132,8 @@ class Command(RedisCommand):
                     urls.append(url)
         if not cache_keys:
             print(f"warning: no item in the cache {keys.item_cache_match}: --pattern matches nothing", file=sys.stderr)
+        elif not urls:
+            print("warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches nothing", file=sys.stderr)
         return urls
 
     def describe(self, result: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""Redis write-through cache: the latest version of every item, keyed by its unique key (an item
-without a schema: by its document key)."""
+"""Redis write-through cache of items, keyed by their unique key (an item without a schema: by its
+document key): by default only what the unchanged skip needs (a marker of the content last
+committed, about 25 bytes an item), with ``REDIS_CACHE_ITEMS`` the latest version of every item."""
 
 from __future__ import annotations
 
@@ -37,11 +38,31 @@ BATCH_WINDOW = 0.02
 #: Lua scripts, ``scrapy_frontier/lua/cache_*.lua`` (KEYS and ARGV at the top of each file).
 _PUT = source("cache_put")
 _MARK_STORED = source("cache_mark_stored")
+_CHECK = source("cache_check")
+_MARK_LEAN = source("cache_mark_lean")
+#: Items a lean cache bucket holds on average at REDIS_CACHE_CAPACITY: well under the 128
+#: fields up to which Redis keeps a hash in its compact listpack encoding
+#: (hash-max-listpack-entries), so that almost no bucket leaves it.
+BUCKET_ITEMS = 64
 
 
 def cache_key(prefix: str, unique_value: Any) -> str:
     """``<spider>:items:cache:<sha1 hex of the unique key's value>`` (an unsharded crawl)."""
     return prefix + hashlib.sha1(str(unique_value).encode()).hexdigest()
+
+
+def lean_entry(keys: Any, unique_value: Any, buckets: int) -> tuple[str, bytes]:
+    """(bucket key, field) of ``unique_value`` in the lean cache of ``buckets`` buckets: the
+    SHA-1 of the value, its first 4 bytes pick the bucket, the next 10 are the field (a
+    collision of two unique keys in one bucket has odds of 2**-80)."""
+    digest = hashlib.sha1(str(unique_value).encode()).digest()
+    return keys.item_cache_bucket(int.from_bytes(digest[:4], "big") % buckets), digest[4:14]
+
+
+def stored_marker(store: str, content_hash: str) -> bytes:
+    """8 bytes of the SHA-1 of ``<store id>:<content hash>``: what the lean cache keeps of an
+    item committed to the database ``store``."""
+    return hashlib.sha1(f"{store}:{content_hash}".encode()).digest()[:8]
 
 
 def cache_key_of(keys: Any, unique_value: Any) -> str:
@@ -68,7 +89,14 @@ _to_json = json.JSONEncoder(ensure_ascii=False, default=_jsonable).encode
 
 
 class RedisCachePipeline:
-    """Write every item to ``<spider>:items:cache:<sha1(unique key)>`` (an item without a schema:
+    """By default (``REDIS_CACHE_ITEMS`` off), the lean cache: of each item only a marker of the
+    content last committed to the database, 8 bytes in a field of 10 bytes of one of
+    ``REDIS_CACHE_CAPACITY / 64`` bucket hashes ``<spider>:items:cache:@<n>`` (Redis keeps them
+    in its compact listpack encoding up to 128 fields, about 25 bytes an item; a bucket expires
+    ``REDIS_CACHE_TTL`` seconds after its last write): one read per batch (stat
+    ``cache/checked``), one write per batch committed. The unchanged skip below works the same.
+
+    With ``REDIS_CACHE_ITEMS``, write every item to ``<spider>:items:cache:<sha1(unique key)>`` (an item without a schema:
     ``<sha1(item type NUL document key hash)>``, see :class:`~scrapy_frontier.schema.Document`),
     a hash of ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL``
     seconds; with ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's
@@ -96,6 +124,8 @@ class RedisCachePipeline:
         if not settings.get("REDIS_URL"):
             raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
         self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, minimum=0)
+        self.keep_items = read_setting(crawler, "REDIS_CACHE_ITEMS", bool)
+        self.buckets = max(1, read_setting(crawler, "REDIS_CACHE_CAPACITY", int, minimum=1) // BUCKET_ITEMS)
         self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
         self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         self.crawler = crawler
@@ -103,8 +133,8 @@ class RedisCachePipeline:
         self.store = store_id(settings)
         self._failing = False
         self._marks_failing = False
-        #: (cache key, content hash, item json, item), in arrival order.
-        self._waiting: list[tuple[str, str, str, Any]] = []
+        #: (cache key, field (lean) or None, content hash, item json or "", item), in arrival order.
+        self._waiting: list[tuple[str, bytes | None, str, str, Any]] = []
         self._writer: asyncio.Future[None] | None = None
         #: Items passed to the writer so far, and those whose write has been answered (or failed).
         self._queued = 0
@@ -119,13 +149,15 @@ class RedisCachePipeline:
     async def open_spider(self) -> None:
         self.keys = keys_of(self.crawler)
         self.redis = optional_shared_redis(self.crawler)
-        self._put = self.redis.register_script(_PUT) if self.redis is not None else None
-        self._mark = self.redis.register_script(_MARK_STORED) if self.redis is not None else None
+        lean = not self.keep_items
+        self._put = self.redis.register_script(_CHECK if lean else _PUT) if self.redis is not None else None
+        self._mark = self.redis.register_script(_MARK_LEAN if lean else _MARK_STORED) if self.redis is not None else None
         self.crawler.signals.connect(self._on_stored, items_stored)
 
-    def _key(self, item: Any) -> tuple[str, str, Mapping[str, Any]] | None:
-        """(cache key, content hash or ``""``, values) of ``item``; ``None`` for an item without
-        a schema that JSON cannot hold (the storage pipeline keeps it aside)."""
+    def _key(self, item: Any) -> tuple[str, bytes | None, str, Mapping[str, Any]] | None:
+        """(cache key, field in it (lean) or ``None``, content hash or ``""``, values) of
+        ``item``; ``None`` for an item without a schema that JSON cannot hold (the storage
+        pipeline keeps it aside)."""
         schema = schema_of(item)
         values = item_values(item)
         if schema is None:
@@ -133,24 +165,38 @@ class RedisCachePipeline:
                 document = document_of(item, self.document_key)
             except (TypeError, ValueError):
                 return None
-            return cache_key_of(self.keys, f"{document.item_type}\0{document.key_hash}"), document.content_hash, values
-        try:
-            content_hash = content_hash_of(item, schema)
-        except (TypeError, ValueError):  # a value JSON cannot hold: cached, never found unchanged
-            content_hash = ""
-        return cache_key_of(self.keys, values.get(schema.unique_key)), content_hash, values
+            unique, content_hash = f"{document.item_type}\0{document.key_hash}", document.content_hash
+        else:
+            try:
+                content_hash = content_hash_of(item, schema)
+            except (TypeError, ValueError):  # a value JSON cannot hold: cached, never found unchanged
+                content_hash = ""
+            unique = values.get(schema.unique_key)
+        if self.keep_items:
+            return cache_key_of(self.keys, unique), None, content_hash, values
+        bucket, field = lean_entry(self.keys, unique, self.buckets)
+        return bucket, field, content_hash, values
 
     async def _on_stored(self, items: list[Any]) -> None:
         if self._mark is None:
             return
-        marks = [key for key in map(self._key, items) if key is not None and key[1]]
+        marks = [key for key in map(self._key, items) if key is not None and key[2]]
         if not marks:
             return
         try:
-            groups: dict[str, list[tuple[str, str]]] = {}
-            for key, content_hash, _ in marks:
-                groups.setdefault(hash_tag(key) or "", []).append((key, f"{self.store}:{content_hash}"))
-            await asyncio.gather(*(self._mark(keys=[k for k, _ in group], args=[v for _, v in group]) for group in groups.values()))
+            groups: dict[str, list[tuple[str, bytes | None, str]]] = {}
+            for key, field, content_hash, _ in marks:
+                groups.setdefault(hash_tag(key) or "", []).append((key, field, content_hash))
+            calls = []
+            for group in groups.values():
+                if self.keep_items:
+                    calls.append(self._mark(keys=[k for k, _, _ in group], args=[f"{self.store}:{h}" for _, _, h in group]))
+                else:
+                    args: list[Any] = [self.ttl]
+                    for _, field, h in group:
+                        args += (field, stored_marker(self.store, h))
+                    calls.append(self._mark(keys=[k for k, _, _ in group], args=args))
+            await asyncio.gather(*calls)
         except Exception as exc:
             self.stats.inc_value("cache/errors", len(marks))
             if not self._marks_failing:
@@ -165,9 +211,9 @@ class RedisCachePipeline:
         key_hash = self._key(item) if self._put is not None else None
         if key_hash is None:
             return item
-        key, content_hash, values = key_hash
-        data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict())
-        self._waiting.append((key, content_hash, data, item))
+        key, field, content_hash, values = key_hash
+        data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict()) if self.keep_items or self.push_list else ""
+        self._waiting.append((key, field, content_hash, data, item))
         self._queued += 1
         if self._writer is None:
             self._writer = asyncio.ensure_future(self._write_batches())
@@ -195,40 +241,51 @@ class RedisCachePipeline:
     async def close_spider(self) -> None:
         await self.settled()
 
-    async def _write(self, batch: list[tuple[str, str, str, Any]]) -> list[Any]:
-        """Write ``batch``: one script call, or, in a sharded crawl, one per shard the keys fall
-        in (concurrently) and the items list apart. Returns each item's stored hash, in order."""
-        if not self.keys.shards:
+    async def _write(self, batch: list[tuple[str, bytes | None, str, str, Any]]) -> list[Any]:
+        """Write ``batch`` (lean: read its markers): one script call, or, in a sharded crawl,
+        one per shard the keys fall in (concurrently) and the items list apart. Returns each
+        item's stored hash (lean: marker), in order."""
+        if not self.keys.shards and self.keep_items:
             keys = [self.keys.items]
             args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
-            for key, content_hash, data, _ in batch:
+            for key, _, content_hash, data, _ in batch:
                 keys.append(key)
                 args += (content_hash, data)
             return list(await self._put(keys=keys, args=args))
         groups: dict[str, list[int]] = {}
-        for i, (key, _, _, _) in enumerate(batch):
-            groups.setdefault(hash_tag(key) or "", []).append(i)
+        for i, (key, *_) in enumerate(batch):
+            groups.setdefault((hash_tag(key) or "") if self.keys.shards else "", []).append(i)
         calls = []
         for indexes in groups.values():
-            keys = [batch[indexes[0]][0]]  # KEYS[1] (the items list) unused with push 0: a key of the slot
-            args = [self.ttl, "0"]
-            for i in indexes:
-                key, content_hash, data, _ = batch[i]
-                keys.append(key)
-                args += (content_hash, data)
+            if self.keep_items:
+                keys = [batch[indexes[0]][0]]  # KEYS[1] (the items list) unused with push 0: a key of the slot
+                args = [self.ttl, "0"]
+                for i in indexes:
+                    key, _, content_hash, data, _ = batch[i]
+                    keys.append(key)
+                    args += (content_hash, data)
+            else:
+                keys = [batch[i][0] for i in indexes]
+                args = [batch[i][1] for i in indexes]
             calls.append(self._put(keys=keys, args=args))
         if self.push_list:
-            await self.redis.rpush(self.keys.items, *(data for _, _, data, _ in batch))
+            await self.redis.rpush(self.keys.items, *(data for _, _, _, data, _ in batch))
         olds: list[Any] = [None] * len(batch)
         for indexes, replies in zip(groups.values(), await asyncio.gather(*calls)):
             for i, old in zip(indexes, replies):
                 olds[i] = old
         return olds
 
+    def _stored_value(self, content_hash: str, field: bytes | None) -> bytes:
+        """What the cache holds of an item whose ``content_hash`` was committed to this database."""
+        if field is None:
+            return f"{self.store}:{content_hash}".encode()
+        return stored_marker(self.store, content_hash)
+
     async def _write_batches(self) -> None:
         """Write the waiting items, a batch at a time, until none is left; send
         ``item_unchanged`` for each item whose stored hash equals its content hash."""
-        batch: list[tuple[str, str, str, Any]] = []
+        batch: list[tuple[str, bytes | None, str, str, Any]] = []
         try:
             await asyncio.sleep(BATCH_WINDOW)
             while self._waiting:
@@ -245,10 +302,10 @@ class RedisCachePipeline:
                     if self._failing:
                         self._failing = False
                         logger.warning("Redis cache writes work again")
-                    self.stats.inc_value("cache/written", len(batch))
+                    self.stats.inc_value("cache/written" if self.keep_items else "cache/checked", len(batch))
                     self.stats.inc_value("cache/batches")
-                for (_, content_hash, _, item), old in zip(batch, olds):
-                    if content_hash and old is not None and old.decode() == f"{self.store}:{content_hash}":
+                for (_, field, content_hash, _, item), old in zip(batch, olds):
+                    if content_hash and old is not None and old == self._stored_value(content_hash, field):
                         self.stats.inc_value("cache/unchanged")
                         self.crawler.signals.send_catch_log(item_unchanged, item=item)
                 self._answered += len(batch)
