@@ -143,7 +143,8 @@ def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
     try:
         if url.startswith(("redis+sentinel://", "rediss+sentinel://")):
             sentinels, master, kwargs = _sentinel_parts(url)
-            sentinel_kwargs = params.pop("sentinel_kwargs", None)
+            # Sentinels answer at once or not at all: a short timeout, so a dead one is skipped fast.
+            sentinel_kwargs = params.pop("sentinel_kwargs", None) or {"socket_timeout": 2, "socket_connect_timeout": 2}
             params.pop("maint_notifications_config", None)
             sentinel = lib.sentinel.Sentinel(sentinels, sentinel_kwargs=sentinel_kwargs, **{**params, **kwargs})
             return sentinel.master_for(master)
@@ -162,6 +163,8 @@ def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
         return lib.Redis.from_url(url, **params)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+    except redis.exceptions.RedisClusterException as exc:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} cannot be used as a Redis Cluster (REDIS_CLUSTER): {describe_error(exc)}") from None
 
 
 def _probe_cluster(url: str, client: redis.Redis) -> bool:
@@ -228,9 +231,12 @@ async def ready(client: Any) -> None:
 
 
 def describe_error(exc: BaseException) -> str:
-    """One line for a Redis error, without the URL (the caller names the setting)."""
+    """One line for a Redis error, without the URL (the caller names the setting), at most 300
+    characters (redis-py's Sentinel errors carry the whole connection pool's repr)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
+    if isinstance(exc, redis.sentinel.MasterNotFoundError):
+        text = text.split(" : ", 1)[0]
+    return f"{type(exc).__name__}: {text[:300]}"
 
 
 _shared: dict[int, redis.asyncio.Redis] = {}

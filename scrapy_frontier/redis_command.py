@@ -25,6 +25,19 @@ if TYPE_CHECKING:
     import argparse
 
 
+def recorded_shards(client: Any, keys: Keys) -> int:
+    """The crawl's recorded shard count; for a crawl not started yet, what its first worker will
+    record: none on a single Redis, :data:`~scrapy_frontier.dupefilter.CLUSTER_SHARDS` on a
+    cluster (``FRONTIER_SHARDS`` aside)."""
+    from scrapy_frontier.connection import is_cluster
+    from scrapy_frontier.dupefilter import CLUSTER_SHARDS
+
+    stored = client.hget(keys.dupefilter_meta, "shards")
+    if stored is not None:
+        return int(stored)
+    return CLUSTER_SHARDS if is_cluster(client) else 0
+
+
 class RedisCommand(ScrapyCommand):
     requires_project = True
     requires_crawler_process = False
@@ -46,7 +59,7 @@ class RedisCommand(ScrapyCommand):
             client.ping()
         except ConfigError as exc:
             return self._fail(str(exc))
-        except redis.exceptions.RedisError as exc:
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         error = crawl_id_error(str(self.settings.get("CRAWL_ID") or "").strip())
         if error:
@@ -59,7 +72,7 @@ class RedisCommand(ScrapyCommand):
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)
-            keys = keys.with_shards(int(client.hget(keys.dupefilter_meta, "shards") or 0))
+            keys = keys.with_shards(recorded_shards(client, keys))
             result = self.execute(client, keys, opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")

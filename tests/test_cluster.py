@@ -455,3 +455,15 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         assert json.loads(replayed.stdout) == {"written": 1, "refused": 0, "left": 0}
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("url_db", ["0", "8"])
+def test_redis_cluster_declared_on_a_single_redis_gives_one_line(url_db, start_worker, tmp_path):
+    from tests.conftest import REDIS_HOST, REDIS_PORT
+
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{url_db}"  # nothing is written: the worker stops at open
+    worker = start_worker(settings={"REDIS_CLUSTER": "True", "SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env={"REDIS_URL": url}, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "REDIS_URL" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output

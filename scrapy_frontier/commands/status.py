@@ -19,7 +19,7 @@ from scrapy_frontier.connection import (
 )
 from scrapy_frontier.frontier import read_status
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
-from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.redis_command import RedisCommand, recorded_shards
 
 if TYPE_CHECKING:
     import argparse
@@ -92,7 +92,7 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
         crawl_settings = settings.copy()
         crawl_settings.set("CRAWL_ID", crawl_id, "cmdline")
         keys = Keys.for_spider(crawl_settings, spider)
-        keys = keys.with_shards(int(client.hget(keys.dupefilter_meta, "shards") or 0))
+        keys = keys.with_shards(recorded_shards(client, keys))
         status = read_status(client, keys, deep=False, start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
         out.append(
             {

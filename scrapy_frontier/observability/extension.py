@@ -29,7 +29,7 @@ import redis.exceptions
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
-from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, read_setting, read_value
+from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, failed_at_open, read_setting, read_value
 from scrapy_frontier.connection import ConfigError, async_redis, ready
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
@@ -151,7 +151,7 @@ class Observability:
     async def spider_opened(self, spider: Spider) -> None:
         if self.enabled:
             await self._serve()
-        if self.crawler.settings.get("REDIS_URL"):
+        if self.crawler.settings.get("REDIS_URL") and not failed_at_open(self.crawler):
             keys = keys_of(self.crawler)
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 from scrapy.extensions.logstats import LogStats
 
-from scrapy_frontier.config import read_setting
+from scrapy_frontier.config import failed_at_open, read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.frontier import Frontier, Status
 from scrapy_frontier.keys import keys_of
@@ -60,7 +60,7 @@ class ClusterLogStats(LogStats):
         return o
 
     def log(self, spider: Spider) -> None:
-        client = optional_shared_redis(self.crawler) if self.cluster else None
+        client = optional_shared_redis(self.crawler) if self.cluster and not failed_at_open(self.crawler) else None
         if client is None:
             super().log(spider)
             return

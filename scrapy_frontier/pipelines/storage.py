@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.exceptions import NotConfigured
 
-from scrapy_frontier.config import fail_at_open, read_setting, setting_or_env
+from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting, setting_or_env
 from scrapy_frontier.connection import (
     ConfigError,
     optional_shared_redis,
@@ -147,7 +147,8 @@ class StoragePipeline:
             return
         logger.info("Storing items in %s", self.backend.name)
         self._cache = self._find_cache()
-        self._sync_redis = sync_redis(self.crawler.settings) if redis is not None else None
+        # A crawl a setting stops at open writes nothing to Redis (its keys may not be known yet).
+        self._sync_redis = sync_redis(self.crawler.settings) if redis is not None and not failed_at_open(self.crawler) else None
         await self._replay()
 
     def _find_cache(self) -> RedisCachePipeline | None:

@@ -165,7 +165,7 @@ class FrontierScheduler(BaseScheduler):
         except redis.exceptions.AuthenticationError as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: authentication failed (%s)", redact_url(url), describe_error(exc))
             return
-        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         if self.dedup is None:
@@ -177,7 +177,7 @@ class FrontierScheduler(BaseScheduler):
         except DupefilterMismatch as exc:
             fail_at_open(self.crawler, "%s", exc)
             return
-        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot read the dupefilter %s (%s)", redact_url(url), self.keys.dupefilter, describe_error(exc))
             return
         if not self._shards_agree(client, shards):
@@ -220,7 +220,7 @@ class FrontierScheduler(BaseScheduler):
         try:
             await asyncio.to_thread(self.heartbeat.beat)
             await asyncio.to_thread(self.heartbeat.reclaim)
-        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         self.heartbeat.start()
@@ -285,7 +285,7 @@ class FrontierScheduler(BaseScheduler):
         registry = self.crawler.settings.get("CRAWLS_KEY") or CRAWLS_KEY
         try:
             await self.frontier.redis.sadd(registry, self.keys.crawl)
-        except (*_REDIS_ERRORS, redis.exceptions.RedisError) as exc:
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             logger.warning("Could not record the crawl in %s (%s); scrapy status lists it once a worker can", registry, describe_error(exc))
 
     def close(self, reason: str) -> Deferred[None] | None:
