@@ -1,6 +1,6 @@
-"""Dedup memory benchmark: Redis memory per URL of the exact dupefilter (a set of hex
-fingerprints, scrapy-redis's layout) and of the Bloom mode, at N URLs, through the same Lua
-check-and-add the frontier runs.
+"""Dedup memory benchmark: Redis memory per URL of the exact dupefilter (packed: 64-bit
+fingerprints in intset buckets, the default; set: hex fingerprints, scrapy-redis's layout) and
+of the Bloom mode, at N URLs, through the same Lua check-and-add the frontier runs.
 
 Starts its own redis-server on a free loopback port (nothing touches the shared Redis), adds N
 distinct SHA-1 fingerprints in batches of 1,000, reads ``used_memory`` before and after, then
@@ -100,7 +100,8 @@ def main() -> None:
                     time.sleep(0.05)
             results = {}
             for name, config in (
-                ("exact", DedupConfig()),
+                ("packed", DedupConfig(buckets=-(-args.urls // 256))),
+                ("set", DedupConfig(mode="set")),
                 ("bloom", DedupConfig(mode="bloom", capacity=args.urls, error_rate=args.error_rate)),
             ):
                 results[name] = measure(client, config, args.urls, args.queries)
@@ -112,7 +113,7 @@ def main() -> None:
             server.terminate()
             server.wait()
     print(f"\n{'layout':<8}{'URLs':>12}{'bytes/URL':>11}{'µs/URL':>8}{'false positives':>22}")
-    for name in ("exact", "bloom"):
+    for name in ("packed", "set", "bloom"):
         r = results[name]
         print(f"{name:<8}{r['urls']:>12,}{r['bytes_per_url']:>11}{r['microseconds_per_url']:>8}{r['false_positives']:>10} of {r['fresh_queries']:,}")
     OUT.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,8 @@ SETTINGS: dict[str, Any] = {
     # The dupefilter.
     "DUPEFILTER_MODE": "exact",
     "DUPEFILTER_RECRAWL_AGE": 0.0,
+    # Exact layout of a new crawl: buckets for this many fingerprints (more just takes more memory).
+    "DUPEFILTER_CAPACITY": 10_000_000,
     "DUPEFILTER_BLOOM_CAPACITY": 10_000_000,
     "DUPEFILTER_BLOOM_ERROR_RATE": 1e-6,
     # Politeness shared by every worker.

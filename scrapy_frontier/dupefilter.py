@@ -43,7 +43,11 @@ if TYPE_CHECKING:
 
     from scrapy_frontier.keys import Keys
 
-MODES = ("exact", "bloom")
+MODES = ("exact", "set", "bloom")
+#: Fingerprints a packed bucket holds on average at DUPEFILTER_CAPACITY: half the 512 members up
+#: to which Redis keeps a set of integers as a compact intset (set-max-intset-entries), 8 bytes
+#: each, so that hardly any bucket leaves it before the capacity is passed twice over.
+BUCKET_FINGERPRINTS = 256
 #: Bits per Redis string holding part of a Bloom filter: 4 MB less 64 bytes, so that a segment
 #: and its header fill one jemalloc size class (a 37.7 MB string would take a 40 MB one).
 SEGMENT_BITS = (4 * 1024 * 1024 - 64) * 8
@@ -65,12 +69,19 @@ class DedupConfig:
     recrawl_age: float = 0.0
     capacity: int = 10_000_000
     error_rate: float = 1e-6
+    #: The exact layout: ``packed`` (new crawls) or ``set`` (``DUPEFILTER_MODE=set``, or a
+    #: scrapy-redis crawl's hex set found in Redis).
+    exact_layout: str = "packed"
+    #: Packed layout: buckets of the whole crawl (recorded with it), from ``DUPEFILTER_CAPACITY``.
+    buckets: int = -(-10_000_000 // BUCKET_FINGERPRINTS)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"DUPEFILTER_MODE={self.mode!r}: must be one of {', '.join(MODES)}")
         if self.recrawl_age and self.mode == "bloom":
             raise ValueError("DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact: a Bloom filter does not remember when it saw a URL")
+        if not 1 <= self.buckets <= 2**32:
+            raise ValueError(f"DUPEFILTER_CAPACITY={self.buckets * BUCKET_FINGERPRINTS!r}: must be between 1 and 2**40")
         if not 0 <= self.recrawl_age < 10**12:  # also refuses inf and nan
             raise ValueError(f"DUPEFILTER_RECRAWL_AGE={self.recrawl_age!r}: must be a number of seconds >= 0")
         if not 1 <= self.capacity <= 2**40:
@@ -80,10 +91,20 @@ class DedupConfig:
 
     @property
     def layout(self) -> str:
-        """``set``, ``zset`` or ``bloom``: the Redis layout of the dupefilter."""
+        """``packed``, ``set``, ``zset`` or ``bloom``: the Redis layout of the dupefilter."""
         if self.mode == "bloom":
             return "bloom"
-        return "zset" if self.recrawl_age else "set"
+        if self.recrawl_age:
+            return "zset"
+        return "set" if self.mode == "set" else self.exact_layout
+
+    def packed_member(self, fingerprint: str, shards: int = 1) -> str:
+        """The packed layout's entry for hex ``fingerprint``: ``<member>@<bucket>``, the member
+        its first 64 bits as a signed decimal integer (Redis keeps it in an intset, 8 bytes),
+        the bucket (within a shard of ``shards``) from the next 32 bits."""
+        member = int.from_bytes(bytes.fromhex(fingerprint[:16]), "big", signed=True)
+        per_shard = max(1, -(-self.buckets // max(1, shards)))
+        return f"{member}@{int(fingerprint[16:24], 16) % per_shard}"
 
     def per_shard(self, shards: int) -> DedupConfig:
         """The config of one of ``shards`` dupefilter shards: each first Bloom filter sized for
@@ -110,12 +131,30 @@ class DedupConfig:
                 raise ValueError
         except ValueError:
             raise ValueError(f"Setting DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r} is not a valid int") from None
+        try:
+            exact_capacity = read_value(settings, "DUPEFILTER_CAPACITY", float)
+            if not math.isfinite(exact_capacity) or not 1 <= exact_capacity <= 2**40:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"Setting DUPEFILTER_CAPACITY={settings.get('DUPEFILTER_CAPACITY')!r} is not an int between 1 and 2**40") from None
         return cls(
             mode=read_value(settings, "DUPEFILTER_MODE", str).lower(),
             recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE", float),
             capacity=int(capacity),
             error_rate=read_value(settings, "DUPEFILTER_BLOOM_ERROR_RATE", float),
+            buckets=max(1, -(-int(exact_capacity) // BUCKET_FINGERPRINTS)),
         )
+
+    def for_stored(self, meta: dict[str, str]) -> DedupConfig:
+        """This config as the crawl recorded it (``<spider>:dupefilter:meta``): a ``set`` layout
+        found where ``exact`` would make a packed one, the recorded bucket count."""
+        layout = meta.get("layout")
+        config = self
+        if self.mode == "exact" and not self.recrawl_age and layout in ("set", "packed"):
+            config = replace(config, exact_layout=layout)
+        if meta.get("buckets"):
+            config = replace(config, buckets=int(meta["buckets"]))
+        return config
 
     @classmethod
     def for_layout(cls, layout: str) -> DedupConfig:
@@ -124,7 +163,9 @@ class DedupConfig:
         existing crawl's dupefilter. A ``zset``'s recrawl age does not matter to them."""
         if layout == "bloom":
             return cls(mode="bloom")
-        return cls(mode="exact", recrawl_age=1.0 if layout == "zset" else 0.0)
+        if layout == "packed":
+            return cls(mode="exact", exact_layout="packed")
+        return cls(mode="exact", recrawl_age=1.0 if layout == "zset" else 0.0, exact_layout="set")
 
 
 def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:
@@ -142,7 +183,10 @@ def fingerprinter_id(fingerprinter: Any) -> tuple[str, str]:
 
 def meta_for(config: DedupConfig, fingerprinter: Any) -> dict[str, str]:
     name, probe = fingerprinter_id(fingerprinter)
-    return {"fingerprinter": name, "probe": probe, "layout": config.layout}
+    meta = {"fingerprinter": name, "probe": probe, "layout": config.layout}
+    if config.layout == "packed":
+        meta["buckets"] = str(config.buckets)
+    return meta
 
 
 def check_meta(stored: dict[str, str], wanted: dict[str, str], key: str) -> None:
@@ -155,7 +199,8 @@ def check_meta(stored: dict[str, str], wanted: dict[str, str], key: str) -> None
             "Use the same REQUEST_FINGERPRINTER_CLASS (and Scrapy version) as the workers that wrote it, "
             "or start over with another SCHEDULER_DUPEFILTER_KEY."
         )
-    if stored.get("layout", wanted["layout"]) != wanted["layout"]:
+    exact = wanted["layout"] == "packed" and stored.get("layout") in ("set", "packed")  # exact either way
+    if stored.get("layout", wanted["layout"]) != wanted["layout"] and not exact:
         raise DupefilterMismatch(
             f"The dupefilter {key} is in layout {stored['layout']!r}, but this worker is set for {wanted['layout']!r} "
             "(DUPEFILTER_MODE / DUPEFILTER_RECRAWL_AGE): use the settings the crawl started with, "
@@ -186,11 +231,16 @@ async def claim(redis: AsyncRedis, keys: Keys, config: DedupConfig, fingerprinte
     check_meta(stored, wanted, keys.dupefilter)
     if "probe" in stored:
         return False
+    if wanted["layout"] == "packed" and stored.get("layout") == "set":
+        # an exact crawl finds a hex set (scrapy-redis's, say): it keeps that layout
+        wanted = {k: v for k, v in wanted.items() if k != "buckets"} | {"layout": "set"}
     # HSETNX on the probe: two workers starting together cannot both write different metas.
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hsetnx(keys.dupefilter_meta, "probe", wanted["probe"])
         pipe.hsetnx(keys.dupefilter_meta, "fingerprinter", wanted["fingerprinter"])
         pipe.hsetnx(keys.dupefilter_meta, "layout", wanted["layout"])
+        if "buckets" in wanted:
+            pipe.hsetnx(keys.dupefilter_meta, "buckets", wanted["buckets"])
         pipe.hgetall(keys.dupefilter_meta)
         *_, now_raw = await pipe.execute()
     check_meta({k.decode(): v.decode() for k, v in now_raw.items()}, wanted, keys.dupefilter)
@@ -234,14 +284,20 @@ class Dupefilter:
         (seen), in order. ``now`` (Unix ms) stands for the server's time when given (tests)."""
         sh = self.keys.shard(shard)
         config = self.config.per_shard(max(1, self.keys.shards))
+        fingerprints = self._members(fingerprints)
         return self._dedup(keys=[sh.dupefilter, sh.forgotten, sh.bloom], args=[*config.lua_args(now), sh.bloom_bits_prefix, *fingerprints])
+
+    def _members(self, fingerprints: Sequence[str]) -> Sequence[str]:
+        if self.config.layout != "packed":
+            return fingerprints
+        return [self.config.packed_member(fp, max(1, self.keys.shards)) for fp in fingerprints]
 
     def forget(self, fingerprints: Sequence[str], shard: int = 0) -> Any:
         """Let these fingerprints through dupefilter ``shard`` once more (a URL's shard is its
         host's: :meth:`Keys.shard_of <scrapy_frontier.keys.Keys.shard_of>`). Returns how many the
         exact layouts knew (a Bloom filter cannot tell: every one counts)."""
         sh = self.keys.shard(shard)
-        return self._forget(keys=[sh.dupefilter, sh.forgotten], args=[self.config.layout, *fingerprints])
+        return self._forget(keys=[sh.dupefilter, sh.forgotten], args=[self.config.layout, *self._members(fingerprints)])
 
 
 def stored_layout(sync: Redis, keys: Keys) -> str | None:

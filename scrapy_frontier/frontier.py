@@ -211,7 +211,7 @@ class Frontier:
         self.wait_short = 0
         self.keys = keys
         self.shards = keys.all_shards()
-        self.dedup = (dedup or DedupConfig()).per_shard(len(self.shards))
+        self.dedup = (dedup or DedupConfig(exact_layout="set")).per_shard(len(self.shards))
         self.node_id = node_id
         self.lease_key = keys.leases(node_id)
         self.start_lease_key = keys.start_leases(node_id)
@@ -242,8 +242,10 @@ class Frontier:
 
     def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> tuple[list[str], list[Any]]:
         args: list[str | bytes | int] = [sh.queue_prefix, len(entries), len(acks), len(failed)]
+        packed = self.dedup.layout == "packed"
         for e in entries:
-            args += (e.fingerprint, e.host, e.score, e.payload)
+            fp = self.dedup.packed_member(e.fingerprint, len(self.shards)) if packed and e.fingerprint else e.fingerprint
+            args += (fp, e.host, e.score, e.payload)
         args += acks
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
@@ -455,7 +457,8 @@ class Frontier:
             keys += [sh.queue_prefix.encode() + h for h in hosts] + [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
             if k.shards:
                 keys.append(sh.rates)
-            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.bloom_bits_prefix) + "*", count=1000)]
+            # the Bloom bits, the packed buckets and their count
+            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.dupefilter) + ":*", count=1000)]
             keys += [key async for key in self.redis.scan_iter(match=_glob(sh.politeness_prefix) + "*", count=1000)]
         for i in range(0, len(keys), 500):
             await self.redis.delete(*keys[i : i + 500])

@@ -62,7 +62,7 @@ def test_bloom_memory_is_bits_not_fingerprints(redis_client):
 
 
 def test_exact_set_is_scrapy_redis_compatible(redis_client):
-    exact = Dupefilter(redis_client, KEYS, DedupConfig())
+    exact = Dupefilter(redis_client, KEYS, DedupConfig(mode="set"))
     fps = fingerprints("e", 10)
     assert exact.add(fps + fps[:3], 0) == [1] * 10 + [0] * 3
     assert redis_client.type(KEYS.dupefilter) == b"set"
@@ -79,7 +79,7 @@ def test_recrawl_age_lets_old_fingerprints_through(redis_client):
     assert redis_client.zscore(KEYS.dupefilter, fp[0]) == 1_060_001
 
 
-@pytest.mark.parametrize("config", [DedupConfig(), DedupConfig(recrawl_age=3600), DedupConfig(mode="bloom", capacity=100)])
+@pytest.mark.parametrize("config", [DedupConfig(), DedupConfig(mode="set"), DedupConfig(recrawl_age=3600), DedupConfig(mode="bloom", capacity=100)])
 def test_forget_lets_a_fingerprint_through_once(config, redis_client):
     dupefilter = Dupefilter(redis_client, KEYS, config)
     fps = fingerprints("f", 5)
@@ -92,7 +92,7 @@ def test_forget_lets_a_fingerprint_through_once(config, redis_client):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"DUPEFILTER_MODE": "cuckoo"}, "DUPEFILTER_MODE='cuckoo': must be one of exact, bloom"),
+        ({"DUPEFILTER_MODE": "cuckoo"}, "DUPEFILTER_MODE='cuckoo': must be one of exact, set, bloom"),
         ({"DUPEFILTER_MODE": "bloom", "DUPEFILTER_RECRAWL_AGE": "60"}, "DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact"),
         ({"DUPEFILTER_BLOOM_ERROR_RATE": "2"}, "DUPEFILTER_BLOOM_ERROR_RATE=2.0: must be between 0 and 1"),
         ({"DUPEFILTER_BLOOM_CAPACITY": "many"}, "DUPEFILTER_BLOOM_CAPACITY='many' is not a valid int"),
@@ -118,7 +118,7 @@ def test_claim_records_the_fingerprinter_and_refuses_another(redis_url, redis_cl
             assert await claim(client, KEYS, DedupConfig(), RequestFingerprinter()) is False
             with pytest.raises(DupefilterMismatch, match="written by fingerprinter scrapy.utils.request.RequestFingerprinter"):
                 await claim(client, KEYS, DedupConfig(), OtherFingerprinter())
-            with pytest.raises(DupefilterMismatch, match="is in layout 'set', but this worker is set for 'bloom'"):
+            with pytest.raises(DupefilterMismatch, match="is in layout 'packed', but this worker is set for 'bloom'"):
                 await claim(client, KEYS, DedupConfig(mode="bloom"), RequestFingerprinter())
         finally:
             await client.aclose()
@@ -192,7 +192,7 @@ def test_forget_command_recrawls_a_page(docs_site, start_worker, redis_url, redi
     done = run_command(["forget", "site", start, "--pattern", f"{docs_site.url}library/json*", "--push", "--json"], env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert (result["forgotten"], result["known"], result["pushed"], result["layout"]) == (1, 1, 1, "set")
+    assert (result["forgotten"], result["known"], result["pushed"], result["layout"]) == (1, 1, 1, "packed")
     bad = run_command(["forget", "site", "ftp://nope/"], env)
     assert bad.returncode == 1 and "ftp://nope/" in bad.stdout
     third = start_worker(settings=settings, env=env)

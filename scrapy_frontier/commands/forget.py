@@ -77,8 +77,8 @@ class Command(RedisCommand):
         layout = stored_layout(client, keys)
         if layout is None:
             return self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
-        config = DedupConfig.for_layout(layout)
         stored = {k.decode(): v.decode() for k, v in client.hgetall(keys.dupefilter_meta).items()}
+        config = DedupConfig.for_layout(layout).for_stored(stored)
         wanted = meta_for(config, fingerprinter)
         try:
             check_meta(stored, wanted, keys.dupefilter)

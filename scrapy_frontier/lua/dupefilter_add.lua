@@ -1,7 +1,7 @@
 -- dupefilter_add: check and record fingerprints, outside the frontier's push (the forget
 -- command, benchmarks, tests).
 -- KEYS[1] dupefilter, KEYS[2] forgotten set, KEYS[3] Bloom layout hash
--- ARGV[1] layout ('set', 'zset', 'bloom'), ARGV[2] now (Unix ms; 0: the server's time, as the
+-- ARGV[1] layout ('packed', 'set', 'zset', 'bloom'), ARGV[2] now (Unix ms; 0: the server's time, as the
 -- frontier's push always uses; tests give one), ARGV[3] recrawl age (ms),
 -- ARGV[4] first Bloom filter's capacity, ARGV[5] its error rate, ARGV[6] Bloom bits prefix,
 -- ARGV[7...] hex fingerprints

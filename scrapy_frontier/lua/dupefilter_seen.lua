@@ -3,22 +3,26 @@
 -- dupefilter and queued in one atomic call. Layouts: scrapy_frontier/dupefilter.py.
 --
 -- The including script declares these locals first (Redis forbids new globals):
---   D          the dupefilter key (<spider>:dupefilter): a set, or a sorted set with a recrawl age
+--   D          the dupefilter key (<spider>:dupefilter): a set, or a sorted set with a recrawl age;
+--              packed: the prefix of its buckets, D .. ':' .. n, sets of 64-bit integers that
+--              Redis keeps as intsets (8 bytes a fingerprint), and their count in D .. ':count'
 --   FORGOTTEN  the forgotten set (<spider>:dupefilter:forgotten): fingerprints let through once
 --   BLOOM      the Bloom layout hash (<spider>:dupefilter:bloom): cap0, err, n, count, <i>:cap,
 --              <i>:k, <i>:bits, <i>:count
 --   BITS       the prefix of the Bloom bit strings: filter i's segment s is BITS .. i .. ':' .. s
---   MODE       the layout: 'set', 'zset' or 'bloom'
+--   MODE       the layout: 'packed', 'set', 'zset' or 'bloom'
 --   NOW        now (Unix ms)
 --   AGE        recrawl age (ms; 'zset' only): a fingerprint seen longer ago counts as new
 --   CAP0, ERR  capacity and error rate of the first Bloom filter of a new chain
 -- Placeholder SEGMENT_BITS: bits per Redis string of a Bloom filter (dupefilter.SEGMENT_BITS).
 --
--- Defines: seen_add(fp) -> true when the hex fingerprint fp was not seen before (and records
--- it); bloom_flush(), to call once after the last seen_add (writes the Bloom counters back).
+-- Defines: seen_add(fp) -> true when the fingerprint fp (hex; packed: '<int64>@<bucket>',
+-- DedupConfig.packed_member) was not seen before (and records it); bloom_flush(), to call once
+-- after the last seen_add (writes the Bloom and packed counters back).
 local SEG = @SEGMENT_BITS@
-local forgotten_any = redis.call('EXISTS', FORGOTTEN) == 1
+local forgotten_any = MODE ~= 'packed' and redis.call('EXISTS', FORGOTTEN) == 1
 local layout = nil
+local packed_added = 0
 local function bloom_grow(t)
   local i = t.n
   local cap = t.cap0 * 2 ^ i
@@ -102,6 +106,7 @@ local function bloom_set(filter, h1, h2)
 end
 -- Writes the Bloom counters kept in the layout table back to the hash (once per script).
 local function bloom_flush()
+  if packed_added > 0 then redis.call('INCRBY', D .. ':count', packed_added) end
   if not layout or layout.added == 0 then return end
   local last = layout.n - 1
   redis.call('HINCRBY', BLOOM, 'count', layout.added)
@@ -109,6 +114,12 @@ local function bloom_flush()
 end
 -- Returns true when fp (hex) was not seen before, and records it.
 local function seen_add(fp)
+  if MODE == 'packed' then
+    local at = string.find(fp, '@', 1, true)
+    if redis.call('SADD', D .. ':' .. string.sub(fp, at + 1), string.sub(fp, 1, at - 1)) == 0 then return false end
+    packed_added = packed_added + 1
+    return true
+  end
   if forgotten_any and redis.call('SREM', FORGOTTEN, fp) == 1 then
     if MODE == 'set' then redis.call('SADD', D, fp) elseif MODE == 'zset' then redis.call('ZADD', D, NOW, fp) end
     return true

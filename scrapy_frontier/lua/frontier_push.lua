@@ -8,10 +8,10 @@
 -- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash
 -- ARGV[1] queue prefix (+ host = the host's queue),
 -- ARGV[2] n_push, ARGV[3] n_ack, ARGV[4] n_failed, then
---   n_push x (fingerprint (hex, or '' to skip dedup), host, score, payload),
+--   n_push x (fingerprint (hex; packed: '<int64>@<bucket>'; '' to skip dedup), host, score, payload),
 --   n_ack x lease field, n_failed x dead-letter entry (JSON), then the last six:
 --   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
---   dedup layout ('set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom error rate
+--   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom error rate
 -- The time (a new host's due time, the recrawl age) is the server's (redis_time).
 -- Returns how many requests were queued.
 --! include redis_time

@@ -16,5 +16,5 @@ for i = 4, #ARGV do inflight = inflight + redis.call('HLEN', ARGV[2] .. ARGV[i])
 local kind, seen = redis.call('TYPE', KEYS[2]).ok, 0
 if kind == 'set' then seen = redis.call('SCARD', KEYS[2])
 elseif kind == 'zset' then seen = redis.call('ZCARD', KEYS[2])
-else seen = tonumber(redis.call('HGET', KEYS[3], 'count') or '0') end
+else seen = tonumber(redis.call('GET', KEYS[2] .. ':count') or redis.call('HGET', KEYS[3], 'count') or '0') end
 return {hosts, depth, inflight, seen}
