@@ -73,13 +73,9 @@ def make_site(fan: int) -> Path:
 def frontier_size(client: redis.Redis) -> int:
     """Requests queued in the frontier: the sum of the per-host queues ``site:requests:<host>``
     listed in ``site:requests`` (see scrapy_frontier/keys.py)."""
-    hosts = client.zrange("site:requests", 0, -1)
-    if not hosts:
-        return 0
-    with client.pipeline(transaction=False) as pipe:
-        for host in hosts:
-            pipe.zcard(b"site:requests:" + host)
-        return sum(pipe.execute())
+    from tests.conftest import queued_requests
+
+    return queued_requests(client)
 
 
 class Sampler(threading.Thread):

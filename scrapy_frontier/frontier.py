@@ -9,7 +9,10 @@ default on a single Redis) has one shard with scrapy-redis-style names. In each 
   the time (Unix ms, the Redis server's clock) the host may next be served. Taking requests
   walks the hosts that are due, a few from each, so a host with a long queue never holds back
   the others.
-- ``<spider>:requests:<host>`` - sorted set of serialized requests, score = -priority.
+- ``<spider>:requests:<host>`` - sorted set of the priorities the host has requests of (member
+  = score = -priority), and ``<spider>:requests:<host>#<score>`` a list of serialized requests
+  per priority, oldest first (``lua/frontier_queue.lua``: lists stay in Redis's compact
+  listpack encoding, a sorted set of requests would not).
 - ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
   fingerprint is always checked in one place), checked and added atomically in the same script
   that queues the request, so two workers never both queue one URL.
@@ -453,8 +456,9 @@ class Frontier:
         k = self.keys
         keys: list[Any] = [k.dupefilter_meta]
         for sh in self.shards:
-            hosts = await self.redis.zrange(sh.queue, 0, -1)
-            keys += [sh.queue_prefix.encode() + h for h in hosts] + [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
+            keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
+            # every host's priorities and lists (the dead letters, <spider>:requests:failed, stay)
+            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.queue_prefix) + "*", count=1000) if key != k.failed.encode()]
             if k.shards:
                 keys.append(sh.rates)
             # the Bloom bits, the packed buckets and their count

@@ -50,6 +50,16 @@ FAST = {
 }
 
 
+def queued_requests(client: redis.Redis, prefix: bytes = b"site:requests:") -> int:
+    """Requests queued in an unsharded frontier: every host of ``site:requests``, each priority
+    list of its queue (scrapy_frontier/lua/frontier_queue.lua)."""
+    total = 0
+    for host in client.zrange(prefix[:-1], 0, -1):
+        queue = prefix + host
+        total += sum(client.llen(queue + b"#" + score) for score in client.zrange(queue, 0, -1))
+    return total
+
+
 class HttpServer:
     """``python -m http.server`` (threaded) serving a directory on a 127.0.0.x address."""
 

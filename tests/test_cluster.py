@@ -33,7 +33,7 @@ def test_every_script_key_of_a_shard_is_in_one_slot():
 
     k = keys()
     for sh in k.all_shards():
-        names = (sh.queue, sh.queue_prefix + "example.com", sh.dupefilter, sh.forgotten, sh.bloom, sh.bloom_bits_prefix + "0:0")
+        names = (sh.queue, sh.queue_prefix + "example.com", sh.queue_prefix + "example.com#0", sh.dupefilter, sh.forgotten, sh.bloom, sh.bloom_bits_prefix + "0:0")
         names += (sh.leases("n1"), sh.politeness_prefix + "example.com", sh.rates, sh.limited)
         slots = {key_slot(key.encode()) for key in names}
         assert len(slots) == 1, sh
@@ -434,7 +434,7 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         assert requeued.returncode == 0, requeued.stderr
         assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}
         sh = k.shard_of("127.1.2.3")
-        assert client.zcard(sh.queue_prefix + "127.1.2.3") == 1 and client.zscore(sh.queue, "127.1.2.3") is not None
+        assert client.llen(sh.queue_prefix + "127.1.2.3#0") == 1 and client.zscore(sh.queue, "127.1.2.3") is not None
         status = run(["status", "site", "--json"], env)
         assert status.returncode == 0, status.stderr
         figures = json.loads(status.stdout)

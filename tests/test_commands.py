@@ -34,9 +34,10 @@ def test_requeue_moves_requests_and_keeps_what_is_not_a_request(redis_url, redis
     done = run(["requeue", "site", "--json"], {"REDIS_URL": redis_url})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"requeued": 1, "unreadable": 5, "left": 5}
-    queued = redis_client.zrange("site:requests:h", 0, -1, withscores=True)
-    assert len(queued) == 1 and queued[0][1] == -4
-    assert json.loads(queued[0][0])["meta"] == {"depth": 3}  # fresh retries
+    assert redis_client.zrange("site:requests:h", 0, -1, withscores=True) == [(b"-4", -4)]  # its priority
+    queued = redis_client.lrange("site:requests:h#-4", 0, -1)
+    assert len(queued) == 1
+    assert json.loads(queued[0])["meta"] == {"depth": 3}  # fresh retries
     assert redis_client.zscore("site:requests", "h") is not None
     assert run(["requeue", "site", "--limit", "-1"], {"REDIS_URL": redis_url}).returncode != 0
 

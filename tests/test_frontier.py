@@ -37,7 +37,7 @@ def test_push_dedups_across_calls_and_bypasses_for_dont_filter(redis_url):
         assert await f.push([entry("a"), entry("c")]) == 1
         # dont_filter requests skip the dupefilter
         assert await f.push([Entry("", "h", 0, '{"url":"a","dont_filter":true}')]) == 1
-        return await r.zcard(KEYS.queue_prefix + "h"), await r.scard(KEYS.dupefilter)
+        return await r.llen(KEYS.queue_prefix + "h#0"), await r.scard(KEYS.dupefilter)
 
     assert run(with_frontier(redis_url, go)) == (4, 3)
 

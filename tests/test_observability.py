@@ -16,7 +16,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_frontier.observability.metrics import METRIC_NAMES
-from tests.conftest import ROOT
+from tests.conftest import ROOT, queued_requests
 
 NODE = re.compile(r"^[^:]+:(\d+):[0-9a-f]{6}$")
 
@@ -133,7 +133,7 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
         during = json.loads(run(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
         hosts = redis_client.zrange("site:requests", 0, -1)
         assert during["frontier"]["hosts"] == len(hosts)
-        assert during["frontier"]["queued"] == sum(redis_client.zcard(b"site:requests:" + h) for h in hosts)
+        assert during["frontier"]["queued"] == queued_requests(redis_client)
         leases = {w["node"]: redis_client.hlen(f"site:leases:{w['node']}") for w in during["workers"]}
         assert {w["node"]: w["leases"] for w in during["workers"]} == leases
         assert during["frontier"]["in_flight"] == sum(leases.values()) > 0
@@ -151,8 +151,7 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
         assert w.wait() == 0, w.output[-3000:]
     after = json.loads(run(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
     assert after["workers"] == [] and after["frontier"]["in_flight"] == 0
-    hosts = redis_client.zrange("site:requests", 0, -1)
-    assert after["frontier"]["queued"] == sum(redis_client.zcard(b"site:requests:" + h) for h in hosts) > 0  # capped
+    assert after["frontier"]["queued"] == queued_requests(redis_client) > 0  # capped
     stored = mysql_query("SELECT COUNT(*) FROM pages")[0][0]
     assert stored >= 80
     # The cluster totals are the sum of what the workers' own stats say.

@@ -77,8 +77,8 @@ class Command(RedisCommand):
 def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
     """Requeue into a sharded crawl, whose queues are in other hash slots than the dead-letter
     list: each request is queued in its host's shard first, then its record removed from the
-    list. A requeue cut off between the two leaves the record (requeued again next time, the
-    same sorted-set member, so queued once); two concurrent requeues queue the same member."""
+    list. A requeue cut off between the two leaves the record, requeued again next time (the
+    request may then be fetched twice, never lost); so may two concurrent requeues."""
     seconds, micros = client.time()
     now = seconds * 1000 + micros // 1000
     requeued = 0
@@ -86,7 +86,9 @@ def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
         raw, host, score, payload = args[i : i + 4]
         sh = keys.shard_of(host)
         with client.pipeline(transaction=True) as pipe:
-            pipe.zadd(sh.queue_prefix + host, {payload: score})
+            # a host's queue (lua/frontier_queue.lua): its priorities, a list per priority
+            pipe.rpush(f"{sh.queue_prefix}{host}#{score}", payload)
+            pipe.zadd(sh.queue_prefix + host, {str(score): score}, nx=True)
             pipe.zadd(sh.queue, {host: now}, nx=True)
             pipe.execute()
         requeued += client.lrem(keys.failed, 1, raw)

@@ -16,6 +16,7 @@
 -- clock is never compared with the server's); then the leased payloads.
 --! include politeness_policy
 --! include redis_time
+--! include frontier_queue
 local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
@@ -38,7 +39,7 @@ while want > 0 and #left > 0 do
       if rate > 0 then take = 1 end
       if cap > 0 then take = math.min(take, cap - inflight) end
       local q = prefix .. host
-      local got = redis.call('ZPOPMIN', q, take)
+      local got = queue_pop(q, take)
       for j = 1, #got, 2 do
         redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\t' .. host)
         out[#out + 1] = got[j]

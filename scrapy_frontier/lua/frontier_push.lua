@@ -15,6 +15,7 @@
 -- The time (a new host's due time, the recrawl age) is the server's (redis_time).
 -- Returns how many requests were queued.
 --! include redis_time
+--! include frontier_queue
 local prefix = ARGV[1]
 local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
 local pprefix, BITS = ARGV[#ARGV - 5], ARGV[#ARGV - 4]
@@ -28,7 +29,7 @@ local i = 5
 for _ = 1, np do
   local fp = ARGV[i]
   if fp == '' or seen_add(fp) then
-    redis.call('ZADD', prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+    queue_add(prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false)
     redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
     added = added + 1
   end

@@ -8,6 +8,7 @@
 -- set (1/0), ARGV[4] lease field prefix of a raw start URL
 -- Returns how many leases were restored.
 --! include redis_time
+--! include frontier_queue
 local now = redis_now_ms()
 local prefix, pprefix, as_set, start_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local restored = 0
@@ -21,7 +22,7 @@ for k = 3, #KEYS do
       local raw = string.sub(member, #start_prefix + 1)
       if as_set == '1' then redis.call('SADD', KEYS[2], raw) else redis.call('RPUSH', KEYS[2], raw) end
     else
-      redis.call('ZADD', prefix .. host, score, member)
+      queue_add(prefix .. host, score, member, true)
       redis.call('ZADD', KEYS[1], 'NX', now, host)
       redis.call('HINCRBY', pprefix .. host, 'inflight', -1)
     end

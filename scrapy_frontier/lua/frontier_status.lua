@@ -2,13 +2,14 @@
 -- status` (the caller adds the crawl-wide counts: nodes, start URLs, dead letters).
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] dupefilter, KEYS[3] Bloom layout hash
 -- ARGV[1] queue prefix (+ host), ARGV[2] lease prefix (+ node), ARGV[3] deep (1: count every
--- host's queue, one ZCARD per host), ARGV[4...] the registered nodes
+-- host's queue: its priorities' lists), ARGV[4...] the registered nodes
 -- Returns {hosts, queued requests (0 unless deep), leases, fingerprints seen}.
 local hosts = redis.call('ZCARD', KEYS[1])
 local depth = 0
 if ARGV[3] == '1' then
   for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    depth = depth + redis.call('ZCARD', ARGV[1] .. host)
+    local q = ARGV[1] .. host
+    for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do depth = depth + redis.call('LLEN', q .. '#' .. score) end
   end
 end
 local inflight = 0

@@ -9,6 +9,7 @@
 -- of a raw start URL, ARGV[4] start URLs as a set (1/0), ARGV[5...] lease fields
 -- Returns how many were leased and given back.
 --! include redis_time
+--! include frontier_queue
 local now = redis_now_ms()
 local n = 0
 local start_prefix = ARGV[3]
@@ -21,7 +22,7 @@ for i = 5, #ARGV do
       local raw = string.sub(ARGV[i], #start_prefix + 1)
       if ARGV[4] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
     else
-      redis.call('ZADD', ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i])
+      queue_add(ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i], true)
       redis.call('ZADD', KEYS[1], 'NX', now, host)
       redis.call('HINCRBY', ARGV[2] .. host, 'inflight', -1)
     end

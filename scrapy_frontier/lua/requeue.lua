@@ -5,11 +5,12 @@
 -- ARGV[1] queue prefix (+ host), then (record, host, score, payload) for each request
 -- Returns how many were queued.
 --! include redis_time
+--! include frontier_queue
 local now = redis_now_ms()
 local n = 0
 for i = 2, #ARGV, 4 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    redis.call('ZADD', ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3])
+    queue_add(ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false)
     redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
     n = n + 1
   end

@@ -1,0 +1,88 @@
+"""Redis bytes per queued request: ``MEMORY USAGE`` of the frontier's queues (the hosts index and
+every host's queue) divided by the requests queued.
+
+    PYTHONPATH=. .venv/bin/python bench/queue_memory.py [--requests 1000000] [--hosts 1000]
+
+Starts a redis-server of its own, queues ``--requests`` requests spread over ``--hosts`` hosts
+through the frontier's push script (payloads as a crawl writes them: the URL of a page two or three
+levels down, a depth in meta), then prints one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import tempfile
+import time
+
+import redis
+import redis.asyncio
+from scrapy import Request
+from scrapy.settings import Settings
+from scrapy.spiders import Spider
+from scrapy.utils.request import RequestFingerprinter
+
+from scrapy_frontier.dupefilter import DedupConfig
+from scrapy_frontier.frontier import Entry, Frontier
+from scrapy_frontier.keys import Keys
+from scrapy_frontier.serialize import request_to_json
+from tests.loopback import free_port
+
+BATCH = 1000
+
+
+class _Spider(Spider):
+    name = "bench"
+
+    def parse(self, response):  # the default callback: not written
+        pass
+
+
+async def fill(url: str, requests: int, hosts: int) -> dict:
+    client = redis.asyncio.Redis.from_url(url)
+    keys = Keys.for_spider(Settings(), "bench")
+    frontier = Frontier(client, keys, "bench-node", dedup=DedupConfig())
+    spider = _Spider()
+    fingerprinter = RequestFingerprinter()
+    for start in range(0, requests, BATCH):
+        entries = []
+        for i in range(start, min(requests, start + BATCH)):
+            host = f"www.host{i % hosts}.example.com"
+            request = Request(f"https://{host}/section/{i % 97}/article-{i}.html", meta={"depth": 3})
+            entries.append(Entry(fingerprinter.fingerprint(request).hex(), host, 0, request_to_json(request, spider)))
+        await frontier.push(entries)
+    sync = redis.Redis.from_url(url)
+    total = sync.memory_usage(keys.queue) or 0
+    for host in sync.zrange(keys.queue, 0, -1):
+        total += sync.memory_usage(keys.queue_prefix.encode() + host, samples=0) or 0
+        for key in sync.scan_iter(match=keys.queue_prefix.encode() + host + b"#*"):  # its priority lists
+            total += sync.memory_usage(key, samples=0) or 0
+    await client.aclose()
+    return {"requests": requests, "hosts": hosts, "queue_bytes": total, "bytes_per_request": round(total / requests, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1_000_000)
+    parser.add_argument("--hosts", type=int, default=1000)
+    args = parser.parse_args()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp], stdout=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    redis.Redis(port=port).ping()
+                    break
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            print(json.dumps(asyncio.run(fill(f"redis://127.0.0.1:{port}/0", args.requests, args.hosts))))
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
