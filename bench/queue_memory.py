@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import tempfile
-import time
+from pathlib import Path
 
 import redis
 import redis.asyncio
@@ -28,7 +27,7 @@ from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.serialize import request_to_json
-from tests.loopback import free_port
+from tests.conftest import RedisServer
 
 BATCH = 1000
 
@@ -68,20 +67,12 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1_000_000)
     parser.add_argument("--hosts", type=int, default=1000)
     args = parser.parse_args()
-    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", tmp], stdout=subprocess.DEVNULL)
+        server = RedisServer(Path(tmp))  # a redis-server of its own (tests/conftest.py)
         try:
-            for _ in range(100):
-                try:
-                    redis.Redis(port=port).ping()
-                    break
-                except redis.ConnectionError:
-                    time.sleep(0.05)
-            print(json.dumps(asyncio.run(fill(f"redis://127.0.0.1:{port}/0", args.requests, args.hosts))))
+            print(json.dumps(asyncio.run(fill(f"redis://127.0.0.1:{server.port}/0", args.requests, args.hosts))))
         finally:
-            server.terminate()
-            server.wait()
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -162,10 +162,11 @@ def test_heartbeats_use_the_server_clock(redis_url, redis_client):
 
 
 
-def test_sentinel_url_follows_a_failover(throwaway_redis, tmp_path):
-    """``redis+sentinel://`` reaches the primary, and the primary again after a failover."""
+@pytest.fixture
+def sentinel(throwaway_redis, tmp_path):
+    """``(primary, replica, url)``: a primary, a replica in sync with it and one Sentinel
+    watching them (master name ``frontier``, down after 1 s), and the ``redis+sentinel://`` URL."""
     import subprocess
-    import time
 
     from tests.loopback import free_port, wait_port
 
@@ -176,31 +177,39 @@ def test_sentinel_url_follows_a_failover(throwaway_redis, tmp_path):
         f"port {port}\nbind 127.0.0.1\nsentinel monitor frontier 127.0.0.1 {primary.port} 1\n"
         "sentinel down-after-milliseconds frontier 1000\nsentinel failover-timeout frontier 5000\n"
     )
-    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port("127.0.0.1", port)
-        client = sync_redis(Settings({"REDIS_URL": f"redis+sentinel://127.0.0.1:{port}/frontier/0"}))
-        client.set("probe:sentinel", "before")
-        deadline = time.monotonic() + 10
-        while redis.Redis(port=replica.port).get("probe:sentinel") != b"before" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        primary.proc.kill()
-        primary.proc.wait()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.set("probe:sentinel", "after")
-                break
-            except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        assert redis.Redis(port=replica.port).get("probe:sentinel") == b"after"
-        assert redis.Redis(port=replica.port).info("replication")["role"] == "master"
-        client.close()
+        yield primary, replica, f"redis+sentinel://127.0.0.1:{port}/frontier/0"
     finally:
-        sentinel.kill()
-        sentinel.wait()
+        proc.kill()
+        proc.wait()
+
+
+def test_sentinel_url_follows_a_failover(sentinel):
+    """``redis+sentinel://`` reaches the primary, and the primary again after a failover."""
+    import time
+
+    primary, replica, url = sentinel
+    client = sync_redis(Settings({"REDIS_URL": url}))
+    client.set("probe:sentinel", "before")
+    deadline = time.monotonic() + 10
+    while redis.Redis(port=replica.port).get("probe:sentinel") != b"before" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    primary.proc.kill()
+    primary.proc.wait()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.set("probe:sentinel", "after")
+            break
+        except (redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    assert redis.Redis(port=replica.port).get("probe:sentinel") == b"after"
+    assert redis.Redis(port=replica.port).info("replication")["role"] == "master"
+    client.close()
 
 
 def test_a_malformed_sentinel_url_is_named():
@@ -233,6 +242,16 @@ def _crawl_with_fault(cluster_url, site, start_worker, mysql_url, mysql_query, f
     return stored_urls_mysql(mysql_query), workers
 
 
+def _assert_nothing_lost(name: str, site, urls: list[str], workers, client) -> None:
+    """Every page of ``site`` stored once, no lease left, no traceback; the figures printed."""
+    from tests.test_faults import expected, report
+
+    figures = report(name, site, urls, client)
+    assert set(urls) == expected(site)
+    assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
+    assert all("Traceback" not in w.output for w in workers)
+
+
 def _shard_master(cluster, host: str):
     """The cluster node (RedisServer) that holds the frontier shard of ``host``."""
     client = redis.RedisCluster.from_url(cluster.url)
@@ -245,7 +264,6 @@ def _shard_master(cluster, host: str):
 
 @pytest.mark.slow
 def test_a_master_killed_mid_crawl_loses_nothing(redis_cluster, tmp_path, start_worker, mysql_url, mysql_query):
-    from tests.test_faults import expected, report
 
     site = HttpServer(DOCS, "127.0.0.13", log=tmp_path / "access.log")
     try:
@@ -261,11 +279,8 @@ def test_a_master_killed_mid_crawl_loses_nothing(redis_cluster, tmp_path, start_
 
         urls, workers = _crawl_with_fault(redis_cluster.url, site, start_worker, mysql_url, mysql_query, kill_master)
         client = redis.RedisCluster.from_url(redis_cluster.url)
-        figures = report("cluster_master_killed", site, urls, client)
+        _assert_nothing_lost("cluster_master_killed", site, urls, workers, client)
         client.close()
-        assert set(urls) == expected(site)
-        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
-        assert all("Traceback" not in w.output for w in workers)
     finally:
         site.stop()
 
@@ -274,7 +289,6 @@ def test_a_master_killed_mid_crawl_loses_nothing(redis_cluster, tmp_path, start_
 def test_slots_migrated_mid_crawl_lose_nothing(redis_cluster, tmp_path, start_worker, mysql_url, mysql_query):
     import subprocess
 
-    from tests.test_faults import expected, report
 
     site = HttpServer(DOCS, "127.0.0.14", log=tmp_path / "access.log")
     try:
@@ -295,11 +309,8 @@ def test_slots_migrated_mid_crawl_lose_nothing(redis_cluster, tmp_path, start_wo
         urls, workers = _crawl_with_fault(redis_cluster.url, site, start_worker, mysql_url, mysql_query, reshard)
         client = redis.RedisCluster.from_url(redis_cluster.url)
         assert client.get_node_from_key(keys().shard_of("127.0.0.14").queue).port == target.port
-        figures = report("cluster_slots_migrated", site, urls, client)
+        _assert_nothing_lost("cluster_slots_migrated", site, urls, workers, client)
         client.close()
-        assert set(urls) == expected(site)
-        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
-        assert all("Traceback" not in w.output for w in workers)
     finally:
         site.stop()
 
@@ -349,25 +360,13 @@ def _primary_and_replica(throwaway_redis):
 
 
 @pytest.mark.slow
-def test_sentinel_primary_killed_mid_crawl_loses_nothing(throwaway_redis, tmp_path, start_worker, mysql_url, mysql_query):
-    import subprocess
-
-    from tests.loopback import free_port, wait_port
+def test_sentinel_primary_killed_mid_crawl_loses_nothing(sentinel, tmp_path, start_worker, mysql_url, mysql_query):
     from tests.test_crawl import stored_urls_mysql
-    from tests.test_faults import expected, report, wait_stored
+    from tests.test_faults import wait_stored
 
-    primary, replica = _primary_and_replica(throwaway_redis)
-    port = free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\nsentinel monitor frontier 127.0.0.1 {primary.port} 1\n"
-        "sentinel down-after-milliseconds frontier 1000\nsentinel failover-timeout frontier 5000\n"
-    )
-    sentinel = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    primary, replica, url = sentinel
     site = HttpServer(DOCS, "127.0.0.15", log=tmp_path / "access.log")
     try:
-        wait_port("127.0.0.1", port)
-        url = f"redis+sentinel://127.0.0.1:{port}/frontier/0"
         env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
         settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
         workers = [start_worker(settings=settings, env=env) for _ in range(2)]
@@ -382,14 +381,9 @@ def test_sentinel_primary_killed_mid_crawl_loses_nothing(throwaway_redis, tmp_pa
         urls = stored_urls_mysql(mysql_query)
         client = redis.Redis(port=replica.port)
         assert client.info("replication")["role"] == "master"
-        figures = report("sentinel_primary_killed", site, urls, client)
-        assert set(urls) == expected(site)
-        assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0
-        assert all("Traceback" not in w.output for w in workers)
+        _assert_nothing_lost("sentinel_primary_killed", site, urls, workers, client)
     finally:
         site.stop()
-        sentinel.kill()
-        sentinel.wait()
 
 
 @pytest.mark.slow
