@@ -20,13 +20,15 @@
 local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
+-- no live rate at all (the usual case): no HGET of the rates per host
+local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
 local out = {}
 local left = hosts
 while want > 0 and #left > 0 do
   local next_round = {}
   for idx, host in ipairs(left) do
     local take = math.ceil(want / (#left - idx + 1))
-    local rate, next_lease, pause, _, inflight = policy(pprefix .. host, KEYS[3], host, default_rate, 'next')
+    local rate, next_lease, pause, _, inflight = policy(pprefix .. host, rates_key, host, default_rate, 'next')
     local due = math.max(next_lease, pause)
     if due > now then
       redis.call('ZADD', KEYS[1], due, host)
@@ -39,19 +41,24 @@ while want > 0 and #left > 0 do
       if rate > 0 then take = 1 end
       if cap > 0 then take = math.min(take, cap - inflight) end
       local q = prefix .. host
-      local got = queue_pop(q, take)
+      local got, empty = queue_pop(q, take)
+      local fields = {}
       for j = 1, #got, 2 do
-        redis.call('HSET', KEYS[2], got[j], got[j + 1] .. '\t' .. host)
+        fields[#fields + 1] = got[j]
+        fields[#fields + 1] = got[j + 1] .. '\t' .. host
         out[#out + 1] = got[j]
       end
+      if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
       want = want - #got / 2
-      redis.call('HINCRBY', pprefix .. host, 'inflight', #got / 2)
+      -- inflight was read above, in this same atomic call: one HSET sets it with the due time
       local ready = now
       if rate > 0 then
         ready = now + math.ceil(1000 / rate)
-        redis.call('HSET', pprefix .. host, 'next', ready)
+        redis.call('HSET', pprefix .. host, 'inflight', inflight + #got / 2, 'next', ready)
+      elseif #got > 0 then
+        redis.call('HSET', pprefix .. host, 'inflight', inflight + #got / 2)
       end
-      if redis.call('EXISTS', q) == 0 then
+      if empty then
         redis.call('ZREM', KEYS[1], host)
       else
         redis.call('ZADD', KEYS[1], ready, host)
