@@ -176,6 +176,7 @@ def check_url(url: Any) -> str:
         url.encode("utf-8")
         parts = urlsplit(url)
         host = parts.hostname
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number in 0-65535, RFC 3986 section 3.2.3)
     except (ValueError, UnicodeError) as exc:
         raise RequestRefused("bad_url", f"not a URL: {url!r:.200} ({exc})") from None
     if not parts.scheme:
@@ -186,7 +187,10 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_url", f"URL has no host: {url!r:.200}")
     if _BAD_HOST_CHARS.search(host):
         raise RequestRefused("bad_url", f"host {host!r:.100} has characters a host name cannot have (RFC 3986 section 3.2.2): {url!r:.200}")
-    return safe_url_string(url)
+    try:
+        return safe_url_string(url)
+    except (ValueError, UnicodeError) as exc:  # what urlsplit lets through and w3lib does not
+        raise RequestRefused("bad_url", f"not a URL: {url!r:.200} ({exc})") from None
 
 
 def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:

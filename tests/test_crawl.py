@@ -80,6 +80,7 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
         b"not a url",
         b'{"url": "ftp://x"}',
         b'{"url": "file:///etc/passwd"}',
+        b'{"url": "http://127.0.0.60:99999/"}',  # a port out of range: refused, kept, the batch goes on
         b"[1,2]",
         b"123",
         b"\xff\xfe\x00\x80",
@@ -106,7 +107,7 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
     assert (os_item["method"], os_item["body"]) == ("GET", "")  # the unknown key is not form data
     assert by_url["library/sys.html"][0] == {"url": f"{base}library/sys.html", "callback": "other", "extra": 7}
     assert "ignored unknown keys 'formdata'" in worker.output
-    reasons = {"bad_url": 1, "bad_scheme": 2, "not_object": 2, "not_utf8": 1, "too_large": 1}
+    reasons = {"bad_url": 2, "bad_scheme": 2, "not_object": 2, "not_utf8": 1, "too_large": 1}
     for reason, count in reasons.items():
         assert worker.stat(f"start_urls/refused/{reason}") == count, reason
     invalid = [json.loads(r) for r in redis_client.lrange("probe:start_urls:invalid", 0, -1)]

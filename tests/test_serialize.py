@@ -147,3 +147,12 @@ def test_a_refusal_names_the_key(spider):
     with pytest.raises(RequestRefused, match="is not a method of spider 's'") as refused:
         request_to_json(Request("http://h/", callback=lambda r: None), spider)
     assert refused.value.reason == "callback"
+
+
+def test_a_port_out_of_range_is_refused_not_raised():
+    from scrapy_frontier.serialize import RequestRefused, check_url
+
+    for url in ("http://127.0.0.60:99999/", "http://h:-1/", "http://h:port/"):
+        with pytest.raises(RequestRefused) as exc:
+            check_url(url)
+        assert exc.value.reason == "bad_url" and url[:12] in str(exc.value)

@@ -171,12 +171,13 @@ class FrontierScheduler(BaseScheduler):
         if self.dedup is None:
             return
         try:
-            if await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter):
-                logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
+            claimed = await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter)
             shards = await record_shards(client, self.keys, self._shards_for(client))
             # the layout the crawl recorded: a scrapy-redis set kept, the packed buckets' count
             meta = {k.decode(): v.decode() for k, v in (await client.hgetall(self.keys.dupefilter_meta)).items()}
             self.dedup = self.dedup.for_stored(meta)
+            if claimed:
+                logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
         except DupefilterMismatch as exc:
             fail_at_open(self.crawler, "%s", exc)
             return
