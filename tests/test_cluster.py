@@ -102,24 +102,12 @@ def test_frontier_on_a_cluster_pushes_leases_acks_and_reclaims(redis_cluster):
 
 @pytest.mark.slow
 def test_two_workers_crawl_the_docs_on_a_cluster(redis_cluster, docs_site, expected_pages, start_worker, mysql_url, mysql_query):
-    from tests.test_crawl import DISTRIBUTED, stored_urls_mysql
+    from tests.test_crawl import two_workers_share_the_docs
 
-    env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
-    workers = [start_worker(settings=DISTRIBUTED, env=env) for _ in range(2)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
-    assert "16 frontier shards" in workers[0].output
     client = redis.RedisCluster.from_url(redis_cluster.url)
-    client.lpush("site:start_urls", f"{docs_site.url}index.html")
-    for w in workers:
-        assert w.wait() == 0, w.output[-3000:]
-    urls = stored_urls_mysql(mysql_query)
-    assert len(urls) == len(set(urls)), "a page was stored twice"
-    assert set(urls) == expected_pages
-    shares = [w.stat("item_scraped_count") for w in workers]
-    assert all(shares) and sum(shares) == len(expected_pages), shares
-    for w in workers:
-        assert "Traceback" not in w.output and " ERROR: " not in w.output
+    env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
+    workers = two_workers_share_the_docs(start_worker, env, lambda path: client.lpush("site:start_urls", docs_site.url + path), expected_pages, mysql_query)
+    assert "16 frontier shards" in workers[0].output
     client.close()
 
 

@@ -32,13 +32,13 @@ def test_embedded_crawl_stores_every_reachable_page(docs_site, expected_pages, s
     assert "Warning" not in worker.output and "Traceback" not in worker.output
 
 
-@pytest.mark.slow
-def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
-    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+def two_workers_share_the_docs(start_worker, env: dict[str, str], push, expected_pages, mysql_query) -> list:
+    """Two workers on ``env``'s Redis crawl the docs from ``push(start_url)``: every page stored
+    once, both take part, no traceback or warning. Returns the workers."""
     workers = [start_worker(settings=DISTRIBUTED, env=env) for _ in range(2)]
     for w in workers:
         w.wait_for("Joined the crawl")
-    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    push("index.html")
     for w in workers:
         assert w.wait() == 0, w.output[-3000:]
     urls = stored_urls_mysql(mysql_query)
@@ -47,7 +47,14 @@ def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, re
     shares = [w.stat("item_scraped_count") for w in workers]
     assert all(shares) and sum(shares) == len(expected_pages), shares
     for w in workers:
-        assert "Warning" not in w.output and "Traceback" not in w.output
+        assert "Warning" not in w.output and "Traceback" not in w.output and " ERROR: " not in w.output
+    return workers
+
+
+@pytest.mark.slow
+def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    two_workers_share_the_docs(start_worker, env, lambda path: redis_client.lpush("site:start_urls", docs_site.url + path), expected_pages, mysql_query)
     # nothing is left in flight, and the last worker cleared the crawl (SCHEDULER_PERSIST=False)
     assert not list(redis_client.scan_iter(match="site:leases:*"))
     assert not redis_client.exists("site:dupefilter", "site:requests")
