@@ -230,6 +230,19 @@ async def ready(client: Any) -> None:
         await client.initialize()
 
 
+def client_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py failing inside its own code rather than a Redis error: its
+    asyncio cluster client, while a failover tears connections down under commands in flight,
+    raises ``AttributeError: 'NoneType' object has no attribute 'writelines'`` from its
+    connection. Callers treat it as an outage (retry with backoff), not as a bug of theirs."""
+    if not isinstance(exc, AttributeError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("redis.")
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for a Redis error, without the URL (the caller names the setting), at most 300
     characters (redis-py's Sentinel errors carry the whole connection pool's repr)."""

@@ -20,7 +20,7 @@ import redis.exceptions
 from scrapy.extensions.logstats import LogStats
 
 from scrapy_frontier.config import failed_at_open, read_setting
-from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.connection import client_failure, describe_error, optional_shared_redis
 from scrapy_frontier.frontier import Frontier, Status
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
@@ -77,7 +77,9 @@ class ClusterLogStats(LogStats):
             self._frontier = Frontier(client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
         try:
             status, pages, stored = await read_cluster(self._frontier)
-        except (redis.exceptions.RedisError, OSError) as exc:
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError, AttributeError) as exc:
+            if isinstance(exc, AttributeError) and not client_failure(exc):
+                raise
             logger.info(LOCAL + "; cluster: unavailable (%(error)s)", {**local, "error": describe_error(exc)}, extra={"spider": spider})
             return
         prev, self._cluster_prev = self._cluster_prev, pages

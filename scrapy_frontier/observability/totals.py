@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
-from scrapy_frontier.connection import describe_error
+from scrapy_frontier.connection import client_failure, describe_error
 from scrapy_frontier.frontier import Frontier
 from scrapy_frontier.scripts import source
 
@@ -120,7 +120,7 @@ class ClusterTotals:
             reads = [pipe.execute(raise_on_error=False)] + ([] if final else [self.frontier.status(deep=True)])
             results, *status = await asyncio.gather(*reads, return_exceptions=True)
         error = next((r for r in (results, *status) if isinstance(r, BaseException)), None)
-        if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS):
+        if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS) and not client_failure(error):
             raise error
         if not isinstance(results, BaseException):
             for (field, _), result in zip(deltas.items(), results):

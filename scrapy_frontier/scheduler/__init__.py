@@ -33,6 +33,7 @@ from scrapy_frontier import scrapy_internals
 from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting
 from scrapy_frontier.connection import (
     ConfigError,
+    client_failure,
     describe_error,
     detect_cluster,
     is_cluster,
@@ -374,7 +375,11 @@ class FrontierScheduler(BaseScheduler):
             except _REDIS_ERRORS as exc:
                 self._outage(exc)
                 await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
-            except Exception:
+            except Exception as exc:
+                if client_failure(exc):  # redis-py's cluster client during a failover: an outage
+                    self._outage(exc)
+                    await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
+                    continue
                 logger.exception("Frontier task error (the worker keeps running)")
                 await asyncio.sleep(1.0)
 
