@@ -47,7 +47,7 @@ from redis.exceptions import NoScriptError
 
 from scrapy_frontier.connection import is_cluster
 from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
-from scrapy_frontier.keys import START_LEASE_PREFIX
+from scrapy_frontier.keys import START_LEASE_PREFIX, shard_of_host
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class Frontier:
         self._status = redis.register_script(source("frontier_status"))
 
     def shard_index(self, host: str) -> int:
-        return self.keys.shard_of(host).index if self.keys.shards > 1 else 0
+        return shard_of_host(host, self.keys.shards)
 
     # -- push and acknowledge ---------------------------------------------------------------
 
@@ -296,8 +296,6 @@ class Frontier:
         acks = [a if isinstance(a, bytes) else a.encode() for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
-            for a in acks:
-                self._lease_shard.pop(a, None)
             return int(await self._push_call(self.shards[0], entries, acks, failed))
         by_shard: dict[int, list[Entry]] = defaultdict(list)
         for e in entries:
@@ -356,8 +354,9 @@ class Frontier:
         out: list[bytes] = []
         soonest = -1.0
         for i, (due_ms, payloads) in zip(visit, replies):
-            for p in payloads:
-                self._lease_shard[p] = i
+            if count > 1:  # one shard: every lease is in it, nothing to remember
+                for p in payloads:
+                    self._lease_shard[p] = i
             out += payloads
             if due_ms >= 0:
                 wait = due_ms / 1000
@@ -412,8 +411,9 @@ class Frontier:
             replies = await pipe.execute()
         out: set[bytes] = set()
         for i, fields in enumerate(replies[: len(self.shards)]):
-            for f in fields:
-                self._lease_shard.setdefault(f, i)
+            if len(self.shards) > 1:
+                for f in fields:
+                    self._lease_shard.setdefault(f, i)
             out.update(fields)
         for fields in replies[len(self.shards) :]:
             out.update(fields)

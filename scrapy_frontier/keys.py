@@ -8,6 +8,7 @@ their settings (``SCHEDULER_QUEUE_KEY``, ``SCHEDULER_DUPEFILTER_KEY``, ``REDIS_S
 
 from __future__ import annotations
 
+import functools
 import weakref
 import zlib
 from dataclasses import dataclass, replace
@@ -163,8 +164,9 @@ class Keys:
         """Whether keys that a script touches together carry hash tags (any sharded layout)."""
         return self.shards > 0
 
+    @functools.cache  # noqa: B019 (Keys is a small frozen value; a crawl has a few of them)
     def shard(self, i: int) -> Shard:
-        """The keys of shard ``i`` (0 <= i < max(1, shards))."""
+        """The keys of shard ``i`` (0 <= i < max(1, shards)), made once per shard."""
         if not self.shards:
             return Shard(0, self.queue, self.dupefilter, f"{self.crawl}:leases:", f"{self.crawl}:politeness:", self.rates)
         tag = f"{{{self.crawl}/{i}}}"

@@ -372,16 +372,14 @@ class FrontierScheduler(BaseScheduler):
                 break
             try:
                 await self._step()
-            except _REDIS_ERRORS as exc:
+            except Exception as exc:
+                # redis-py's cluster client failing in its own code during a failover is an outage too
+                if not (isinstance(exc, _REDIS_ERRORS) or client_failure(exc)):
+                    logger.exception("Frontier task error (the worker keeps running)")
+                    await asyncio.sleep(1.0)
+                    continue
                 self._outage(exc)
                 await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
-            except Exception as exc:
-                if client_failure(exc):  # redis-py's cluster client during a failover: an outage
-                    self._outage(exc)
-                    await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
-                    continue
-                logger.exception("Frontier task error (the worker keeps running)")
-                await asyncio.sleep(1.0)
 
     def _tick(self) -> float:
         if len(self._local) > self.prefetch // 2:
