@@ -33,6 +33,7 @@ import redis
 ROOT_DIR = Path(__file__).resolve().parent.parent
 if str(ROOT_DIR) not in sys.path:
     sys.path.insert(0, str(ROOT_DIR))
+from bench.redis_cpu import RedisCpu  # noqa: E402
 from tests.loopback import free_port, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,10 +138,10 @@ class RedisServer:
         self.proc.wait(30)
 
 
-def clear_crawl(redis_url: str) -> None:
-    """Delete the keys ``site:*`` of the database of ``redis_url`` (nothing else)."""
+def clear_crawl(redis_url: str, spider: str = "site") -> None:
+    """Delete the keys ``<spider>:*`` of the database of ``redis_url`` (nothing else)."""
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match="site:*", count=1000))
+    keys = list(client.scan_iter(match=f"{spider}:*", count=1000))
     for i in range(0, len(keys), 1000):
         client.delete(*keys[i : i + 1000])
     client.close()
@@ -164,14 +165,14 @@ def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def start_workers(n: int, name: str, settings: dict[str, str], env: dict[str, str], args: list[str]) -> list[tuple[subprocess.Popen, Path, Path]]:
-    """Start ``n`` ``scrapy crawl site`` processes; returns (process, log file, stats file) each."""
+def start_workers(n: int, name: str, settings: dict[str, str], env: dict[str, str], args: list[str], spider: str = "site") -> list[tuple[subprocess.Popen, Path, Path]]:
+    """Start ``n`` ``scrapy crawl <spider>`` processes; returns (process, log file, stats file) each."""
     workers = []
     for i in range(n):
         log = OUT / f"{name}-{i}.log"
         stats = OUT / f"{name}-{i}.stats.json"
         stats.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "scrapy", "crawl", "site", *args]
+        cmd = [sys.executable, "-m", "scrapy", "crawl", spider, *args]
         for k, v in {**settings, "BENCH_STATS_FILE": str(stats)}.items():
             cmd += ["-s", f"{k}={v}"]
         with log.open("w") as out:
@@ -202,6 +203,9 @@ def crawl(
     mysql_url: str | None = None,
     pipelines: bool = False,
     timeout: float = 1800.0,
+    spider: str = "site",
+    settings: dict[str, str] | None = None,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """Crawl from ``start_url`` with ``workers`` processes and return the figures.
 
@@ -209,6 +213,9 @@ def crawl(
     dupefilter and ``site:start_urls``, Redis given by REDIS_HOST/PORT/DB so that this project's
     distributed add-on stays off) or ``frontier`` (``REDIS_URL``: this project's scheduler). With
     ``pipelines`` the project's ITEM_PIPELINES run (storage in ``mysql_url``); else none.
+    ``spider`` is the spider crawled and ``settings`` more ``-s`` settings. Runs with a Redis
+    also report its CPU per page (bench/redis_cpu.py: ``redis_cpu_us_per_page``,
+    ``commandstats``; with ``profile``, every command is logged and summed per script).
 
     Returns ``{"pages", "seconds", "pages_per_s", "worker_cpu_ms_per_page", "items", "stored",
     "duplicates_filtered", "peak_rss_mb", "exit_codes", "load_before", "load_after"}``: pages =
@@ -217,13 +224,14 @@ def crawl(
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "MYSQL_URL", "LOG_JSON")}
-    settings = {**COMMON, **({} if pipelines else PIPELINES_OFF)}
+    extra = settings or {}
+    settings = {**COMMON, **({} if pipelines else PIPELINES_OFF), **extra}
     args: list[str] = []
     if mysql_url:
         env["MYSQL_URL"] = mysql_url
     if mode != "plain":
         assert redis_url, "scrapy-redis and frontier runs need a Redis"
-        clear_crawl(redis_url)
+        clear_crawl(redis_url, spider)
     if mode == "plain":
         args += ["-a", f"url={start_url}"]
     elif mode == "frontier":
@@ -235,13 +243,15 @@ def crawl(
         if parts.password:
             settings["REDIS_PARAMS"] = json.dumps({"password": parts.password})
     load_before = loadavg()
-    procs = start_workers(workers, name, settings, env, args)
+    meter = RedisCpu(redis_url, profile) if mode != "plain" else None
+    procs = start_workers(workers, name, settings, env, args, spider)
     peak: dict[int, int] = {}
     try:
         if mode != "plain":
             wait_opened(procs)
+            meter.start()
             client = redis.Redis.from_url(redis_url)
-            client.lpush("site:start_urls", json.dumps({"url": start_url}))
+            client.lpush(f"{spider}:start_urls", json.dumps({"url": start_url}))
             client.close()
         deadline = time.monotonic() + timeout
         while any(p.poll() is None for p, _, _ in procs):
@@ -252,6 +262,8 @@ def crawl(
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{name}: the crawl took more than {timeout:.0f} s")
             time.sleep(0.25)
+        if meter:
+            meter.stop()
     finally:
         for p, _, _ in procs:
             if p.poll() is None:
@@ -263,7 +275,7 @@ def crawl(
                 p.kill()
                 p.wait()
         if mode != "plain":
-            clear_crawl(redis_url)
+            clear_crawl(redis_url, spider)
     stats = []
     for p, log, stats_file in procs:
         if p.returncode != 0 or not stats_file.exists():
@@ -274,6 +286,7 @@ def crawl(
         raise RuntimeError(f"{name}: no response was received; see {procs[0][1]}")
     pages = sum(s.get("response_received_count", 0) for s in stats)
     seconds = max(s["bench/last_response"] for s in crawled) - min(s["bench/first_response"] for s in crawled)
+    redis_figures = meter.figures(pages) if meter else {}
     return {
         "pages": pages,
         "seconds": round(seconds, 2),
@@ -288,6 +301,7 @@ def crawl(
         "exit_codes": [p.returncode for p, _, _ in procs],
         "load_before": load_before,
         "load_after": loadavg(),
+        **redis_figures,
     }
 
 

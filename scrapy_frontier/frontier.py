@@ -130,7 +130,8 @@ def _make_status(nodes: Sequence[Any], shard_counts: Iterable[Sequence[Any]], cr
 
 def read_status(client: sync_redis.Redis, keys: Keys, *, deep: bool = True, start_urls_as_set: bool = False) -> Status:
     """The :class:`Status` of a crawl, read with a blocking client (``scrapy status``): the
-    counts of every shard summed; ``deep`` also counts queued requests (one ZCARD per host)."""
+    counts of every shard summed; ``deep`` also reads the queued requests (each shard's
+    count, ``<queue prefix>@queued``; a shard without one is counted host by host once)."""
     nodes = client.zrange(keys.nodes, 0, -1)
     script = client.register_script(source("frontier_status"))
     counts = [script(keys=k, args=a) for k, a in _status_calls(keys, nodes, deep)]
@@ -224,6 +225,8 @@ class Frontier:
         self.next_due_in = -1.0
         #: The shard of each lease this node holds (payload -> shard index).
         self._lease_shard: dict[bytes, int] = {}
+        #: The host of each lease this node holds (payload -> host, as the lease script named it).
+        self._lease_host: dict[bytes, bytes] = {}
         #: Per shard, when (time.monotonic()) it is next worth a lease call.
         self._shard_due = [0.0] * len(self.shards)
         self._cursor = 0
@@ -249,10 +252,12 @@ class Frontier:
         for e in entries:
             fp = self.dedup.packed_member(e.fingerprint, len(self.shards)) if packed and e.fingerprint else e.fingerprint
             args += (fp, e.host, e.score, e.payload)
-        args += acks
+        for a in acks:
+            # the lease's host, so the script needs no HGET to find it ('?': the script looks)
+            args += (b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?"), a)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate)
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
         return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args
 
@@ -335,6 +340,7 @@ class Frontier:
             await asyncio.gather(*after)
         for a in acks:
             self._lease_shard.pop(a, None)
+            self._lease_host.pop(a, None)
         return added
 
     # -- leases -----------------------------------------------------------------------------
@@ -353,7 +359,10 @@ class Frontier:
         replies = await asyncio.gather(*(self._lease_shard_call(i, share) for i in visit))
         out: list[bytes] = []
         soonest = -1.0
-        for i, (due_ms, payloads) in zip(visit, replies):
+        hosts = self._lease_host
+        for i, (due_ms, pairs) in zip(visit, replies):
+            payloads = pairs[0::2]
+            hosts.update(zip(payloads, pairs[1::2]))
             if count > 1:  # one shard: every lease is in it, nothing to remember
                 for p in payloads:
                     self._lease_shard[p] = i
@@ -371,12 +380,13 @@ class Frontier:
         return out
 
     async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[bytes]]:
+        """One shard's lease call: (ms until its earliest host is due, -1 if none; [payload, host, ...])."""
         sh = self.shards[i]
-        due, *payloads = await self._lease(
+        due, *pairs = await self._lease(
             keys=[sh.queue, sh.leases(self.node_id), sh.rates],
             args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix],
         )
-        return int(float(due)), payloads
+        return int(float(due)), pairs
 
     async def unlease(self, payloads: Sequence[bytes]) -> int:
         """Return these leases of this node to the frontier (requests not started, or leases it
@@ -386,6 +396,7 @@ class Frontier:
         groups: dict[int, list[bytes]] = defaultdict(list)
         starts = []
         for p in payloads:
+            self._lease_host.pop(p, None)
             if self.keys.shards and p.startswith(START_PREFIX):
                 starts.append(p)
             else:
@@ -432,6 +443,7 @@ class Frontier:
         while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
             restored += 1
         self._lease_shard.clear()
+        self._lease_host.clear()
         return restored
 
     async def leave(self) -> None:
@@ -441,7 +453,8 @@ class Frontier:
 
     async def status(self, *, deep: bool = False) -> Status:
         """Counts for idle detection and for ``scrapy status``, every shard summed; ``deep`` also
-        counts queued requests (one ZCARD per host, so it is skipped in the idle check)."""
+        reads the queued requests (each shard's count; one that has none yet is counted host by
+        host once, so it is skipped in the idle check)."""
         nodes = await self.redis.zrange(self.keys.nodes, 0, -1)
         async with self.redis.pipeline(transaction=False) as pipe:
             _crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)

@@ -172,3 +172,45 @@ def test_unlease_gives_an_orphaned_start_url_back(redis_url):
         return await r.lrange(KEYS.start_urls, 0, -1), await f.lease_fields()
 
     assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], set())
+
+
+def test_a_host_at_its_cap_is_parked_and_back_with_the_acknowledgement_below_it(redis_url):
+    async def go(f, r):
+        await f.push([entry(f"a{i}", host="a") for i in range(5)] + [entry("b0", host="b")])
+        first = await f.lease(10)
+        assert len(first) == 3  # two of a (the cap), one of b
+        parked = await r.zscore(KEYS.slots, "a")
+        assert parked is not None and parked > time.time() * 1000 + 20_000  # not walked over meanwhile
+        assert await f.lease(10) == []
+        a_leases = [p for p in first if p.startswith(b'{"url":"a')]
+        # one acknowledgement takes a below its cap: it is due at once, and gives one more
+        await f.push([], acks=a_leases[:1])
+        assert await r.zscore(KEYS.slots, "a") <= time.time() * 1000 + 1000
+        assert len(await f.lease(10)) == 1
+        # a lease whose host this frontier does not know (another run's) is found in Redis
+        f._lease_host.clear()
+        await f.push([], acks=a_leases[1:])
+        return int(await r.hget(KEYS.politeness_prefix + "a", "inflight"))
+
+    assert run(with_frontier(redis_url, go, concurrency_cap=2)) == 1
+
+
+def test_the_queued_count_follows_pushes_leases_and_returns_and_is_made_once_for_an_old_queue(redis_url):
+    counter = KEYS.queue_prefix + "@queued"
+
+    async def go(f, r):
+        await f.push([entry(f"a{i}", host="a") for i in range(4)] + [entry("b0", host="b")])
+        # queues written without a count (an earlier version): counted host by host once, then kept
+        assert not await r.exists(counter)
+        assert (await f.status(deep=True)).depth == 5
+        assert int(await r.get(counter)) == 5
+        taken = await f.lease(3)
+        assert (await f.status(deep=True)).depth == 2
+        await f.unlease(taken[:1])
+        await f.push([entry("c0", host="c"), entry("a0", host="a")], acks=taken[1:])  # a0: seen
+        assert (await f.status(deep=True)).depth == 4
+        await f.lease(10)
+        await f.release()
+        return (await f.status(deep=True)).depth, int(await r.get(counter))
+
+    assert run(with_frontier(redis_url, go)) == (4, 4)

@@ -4,7 +4,9 @@
 -- Politeness, shared by every worker (the rate rule: politeness_policy): a host with a rate
 -- gives one request per 1/rate seconds (the host's 'next' time), a paused host (Retry-After)
 -- nothing before 'pause_until', a host at its concurrency cap nothing until a lease of it ends.
--- Such a host is re-scored to the time it is due, so it never holds back the others.
+-- Such a host is re-scored to the time it is due, so it never holds back the others; a host at
+-- its cap is parked PARK_MS ahead, and the acknowledgement that takes it below the cap
+-- (frontier_push) brings it back at once, so no call walks over capped hosts.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
 -- KEYS[3] rates hash (the shard's copy of <spider>:rates)
@@ -13,16 +15,18 @@
 -- ARGV[5] politeness prefix (+ host = the host's politeness hash)
 -- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
 -- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
--- clock is never compared with the server's); then the leased payloads.
+-- clock is never compared with the server's); then each leased payload and its host.
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
+local PARK_MS = 30000
 local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 -- no live rate at all (the usual case): no HGET of the rates per host
 local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
 local out = {}
+local fields = {}
 local left = hosts
 while want > 0 and #left > 0 do
   local next_round = {}
@@ -34,7 +38,7 @@ while want > 0 and #left > 0 do
       redis.call('ZADD', KEYS[1], due, host)
       take = 0
     elseif cap > 0 and inflight >= cap then
-      redis.call('ZADD', KEYS[1], now + 200, host)
+      redis.call('ZADD', KEYS[1], now + PARK_MS, host)
       take = 0
     end
     if take > 0 then
@@ -42,27 +46,28 @@ while want > 0 and #left > 0 do
       if cap > 0 then take = math.min(take, cap - inflight) end
       local q = prefix .. host
       local got, empty = queue_pop(q, take)
-      local fields = {}
       for j = 1, #got, 2 do
         fields[#fields + 1] = got[j]
         fields[#fields + 1] = got[j + 1] .. '\t' .. host
         out[#out + 1] = got[j]
+        out[#out + 1] = host
       end
-      if #fields > 0 then redis.call('HSET', KEYS[2], unpack(fields)) end
       want = want - #got / 2
+      local held = inflight + #got / 2
       -- inflight was read above, in this same atomic call: one HSET sets it with the due time
       local ready = now
       if rate > 0 then
         ready = now + math.ceil(1000 / rate)
-        redis.call('HSET', pprefix .. host, 'inflight', inflight + #got / 2, 'next', ready)
+        redis.call('HSET', pprefix .. host, 'inflight', held, 'next', ready)
       elseif #got > 0 then
-        redis.call('HSET', pprefix .. host, 'inflight', inflight + #got / 2)
+        redis.call('HSET', pprefix .. host, 'inflight', held)
       end
+      if cap > 0 and held >= cap then ready = math.max(ready, now + PARK_MS) end
       if empty then
         redis.call('ZREM', KEYS[1], host)
       else
         redis.call('ZADD', KEYS[1], ready, host)
-        if ready <= now and (cap <= 0 or inflight + #got / 2 < cap) then next_round[#next_round + 1] = host end
+        if ready <= now then next_round[#next_round + 1] = host end
       end
     end
     if want <= 0 then break end
@@ -70,6 +75,11 @@ while want > 0 and #left > 0 do
   if #next_round == #left and want > 0 and #out == 0 then break end
   left = next_round
 end
+-- every lease of the call in one HSET (unpack takes a few thousand values at most: in chunks)
+for j = 1, #fields, 2000 do
+  redis.call('HSET', KEYS[2], unpack(fields, j, math.min(j + 1999, #fields)))
+end
+queued_flush(prefix)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local due_in = -1
 if first[2] then due_in = math.max(0, tonumber(first[2]) - now) end

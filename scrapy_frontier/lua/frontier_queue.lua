@@ -5,12 +5,27 @@
 -- oldest first: a list keeps its requests in Redis's compact listpack nodes, 2 or 3 bytes
 -- beside each payload, where one sorted set of requests cost over 100 (a skiplist node and a
 -- dict entry each, past 128 members or 64 bytes). '#' never appears in a host name.
--- Defines: queue_add(q, score, payload, front) (front: true to serve it first);
+-- Invariants the scripts keep (each is atomic): a list exists only while its priority is in <q>,
+-- and <q> exists only while its host is in the shard's hosts index; so a push onto a list that
+-- already had requests needs neither ZADD.
+-- The shard's queued-request count is the string <queue prefix>@queued ('@' never appears in a
+-- host name): moved by each script once, at its end (queued_flush), and only once it exists, so
+-- that a queue written before it was kept is counted whole first (frontier_status, deep).
+-- Defines: queue_add(q, score, payload, front) (front: true to serve it first) -> true when the
+-- list is new (its host may be new to the hosts index: the caller adds it there);
 -- queue_pop(q, n) -> {payload, score, payload, score, ...}, highest priority first, at most n,
--- and whether the queue is now empty (its key gone).
+-- and whether the queue is now empty (its key gone); queued_flush(prefix).
+local queued_delta = 0
 local function queue_add(q, score, payload, front)
-  if front then redis.call('LPUSH', q .. '#' .. score, payload) else redis.call('RPUSH', q .. '#' .. score, payload) end
-  redis.call('ZADD', q, 'NX', score, score)
+  local list = q .. '#' .. score
+  local len
+  if front then len = redis.call('LPUSH', list, payload) else len = redis.call('RPUSH', list, payload) end
+  queued_delta = queued_delta + 1
+  if len == 1 then
+    redis.call('ZADD', q, 'NX', score, score)
+    return true
+  end
+  return false
 end
 local function queue_pop(q, n)
   local out = {}
@@ -21,18 +36,29 @@ local function queue_pop(q, n)
     local score = first[1]
     local list = q .. '#' .. score
     local got = redis.call('LPOP', list, n)
+    local k = 0
     if got then
+      k = #got
       for _, payload in ipairs(got) do
         out[#out + 1] = payload
         out[#out + 1] = score
       end
-      n = n - #got
+      n = n - k
+      queued_delta = queued_delta - k
     end
-    if redis.call('EXISTS', list) == 0 then
+    -- fewer than asked: the list is gone; as many: look
+    if n > 0 or redis.call('EXISTS', list) == 0 then
       redis.call('ZREM', q, score)
       empty = redis.call('EXISTS', q) == 0
       if empty then break end
     end
   end
   return out, empty
+end
+local function queued_flush(prefix)
+  if queued_delta ~= 0 then
+    local key = prefix .. '@queued'
+    if redis.call('EXISTS', key) == 1 then redis.call('INCRBY', key, queued_delta) end
+    queued_delta = 0
+  end
 end

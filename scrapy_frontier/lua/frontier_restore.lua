@@ -23,11 +23,12 @@ for k = 3, #KEYS do
       if as_set == '1' then redis.call('SADD', KEYS[2], raw) else redis.call('RPUSH', KEYS[2], raw) end
     else
       queue_add(prefix .. host, score, member, true)
-      redis.call('ZADD', KEYS[1], 'NX', now, host)
+      redis.call('ZADD', KEYS[1], 'LT', now, host)  -- LT: also a host parked at its cap (frontier_lease)
       redis.call('HINCRBY', pprefix .. host, 'inflight', -1)
     end
     restored = restored + 1
   end
   redis.call('DEL', KEYS[k])
 end
+queued_flush(prefix)
 return restored

@@ -1,15 +1,25 @@
 -- frontier_status: the counts of one frontier shard, for idle detection, metrics and `scrapy
 -- status` (the caller adds the crawl-wide counts: nodes, start URLs, dead letters).
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] dupefilter, KEYS[3] Bloom layout hash
--- ARGV[1] queue prefix (+ host), ARGV[2] lease prefix (+ node), ARGV[3] deep (1: count every
--- host's queue: its priorities' lists), ARGV[4...] the registered nodes
+-- ARGV[1] queue prefix (+ host), ARGV[2] lease prefix (+ node), ARGV[3] deep (1: the queued
+-- requests too), ARGV[4...] the registered nodes
 -- Returns {hosts, queued requests (0 unless deep), leases, fingerprints seen}.
+-- The queued requests are the shard's count (<queue prefix>@queued, frontier_queue); a shard
+-- without one (new, or queued by a version that kept none) is counted once, every host's
+-- lists, and the count kept from then on.
 local hosts = redis.call('ZCARD', KEYS[1])
 local depth = 0
 if ARGV[3] == '1' then
-  for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    local q = ARGV[1] .. host
-    for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do depth = depth + redis.call('LLEN', q .. '#' .. score) end
+  local counter = ARGV[1] .. '@queued'
+  local kept = redis.call('GET', counter)
+  if kept then
+    depth = math.max(0, tonumber(kept))
+  else
+    for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+      local q = ARGV[1] .. host
+      for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do depth = depth + redis.call('LLEN', q .. '#' .. score) end
+    end
+    redis.call('SET', counter, depth)
   end
 end
 local inflight = 0

@@ -10,9 +10,11 @@ local now = redis_now_ms()
 local n = 0
 for i = 2, #ARGV, 4 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    queue_add(ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false)
-    redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
+    if queue_add(ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false) then
+      redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
+    end
     n = n + 1
   end
 end
+queued_flush(ARGV[1])
 return n

@@ -1,0 +1,94 @@
+"""Redis's CPU per crawled page, and where it goes: ``INFO cpu``, ``INFO commandstats`` and,
+profiled, every command's execution time from ``SLOWLOG`` summed per script.
+
+Used by bench/speed.py (every scrapy-redis and frontier crawl of the benchmark) and bench/broad.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+
+def script_names() -> dict[str, str]:
+    """SHA-1 of every Lua script of the package (as loaded) -> its name."""
+    import hashlib
+    from importlib.resources import files
+
+    from scrapy_frontier.dupefilter import SEGMENT_BITS
+    from scrapy_frontier.scripts import source
+
+    out = {}
+    for f in files("scrapy_frontier").joinpath("lua").iterdir():
+        name = f.name.removesuffix(".lua")
+        out[hashlib.sha1(source(name, SEGMENT_BITS=SEGMENT_BITS).encode()).hexdigest()] = name
+    return out
+
+
+class RedisCpu:
+    """Redis's CPU seconds between :meth:`start` and :meth:`stop`, per page, and where they went.
+
+    ``INFO commandstats`` counts the commands a script runs under their own names as well as
+    under ``evalsha`` (whose time includes theirs), and cannot tell one script from another; with
+    ``profile`` every command is also logged (``SLOWLOG``, threshold 0 µs: its execution time,
+    no I/O) and the time is summed per script (by SHA-1) and per command. The log costs Redis
+    some CPU itself, so a profiled run's CPU per page reads a little high. The commands a script
+    runs are logged too (client ``?:0``): left out, being in the script's time.
+    """
+
+    def __init__(self, url: str, profile: bool = False) -> None:
+        self.client = redis.Redis.from_url(url)
+        self.profile = profile
+
+    def read(self) -> tuple[float, dict[str, tuple[int, float]]]:
+        cpu = self.client.info("cpu")
+        stats = self.client.info("commandstats")
+        return cpu["used_cpu_user"] + cpu["used_cpu_sys"], {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()}
+
+    def start(self) -> None:
+        if self.profile:
+            self.client.config_set("slowlog-max-len", 5_000_000)
+            self.client.config_set("slowlog-log-slower-than", 0)
+            self.client.slowlog_reset()
+        self.before = self.read()
+
+    def stop(self) -> None:
+        """Take the readings (and the profile's log) of the end of the run."""
+        self.after = self.read()
+        self.log = []
+        if self.profile:
+            self.log = self.client.execute_command("SLOWLOG", "GET", -1)
+            self.client.config_set("slowlog-log-slower-than", 10000)
+            self.client.slowlog_reset()
+
+    def figures(self, pages: int) -> dict[str, Any]:
+        """``redis_cpu_us_per_page``, ``commandstats`` (the 12 costliest, calls/page and µs/call)
+        and, profiled, ``profile`` (per script and command: calls/page, µs/call, µs/page, share)."""
+        cpu, cmds = self.after
+        spent = cpu - self.before[0]
+        delta = {k: (c - self.before[1].get(k, (0, 0))[0], u - self.before[1].get(k, (0, 0))[1]) for k, (c, u) in cmds.items()}
+        delta = {k: v for k, v in delta.items() if v[0] > 0}
+        out: dict[str, Any] = {
+            "redis_cpu_us_per_page": round(spent / pages * 1e6, 1) if pages else None,
+            "commandstats": {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)} for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:12]},
+        }
+        if self.profile:
+            names = script_names()
+            per: dict[str, list[float]] = {}
+            for entry in self.log:
+                if entry[4] == b"?:0":
+                    continue  # a command run by a script: in the script's time already
+                args = entry[3]
+                cmd = args[0].decode().lower()
+                if cmd in ("evalsha", "evalsha_ro") and len(args) > 1:
+                    cmd = "script " + names.get(args[1].decode(), args[1].decode()[:10])
+                if cmd in ("slowlog", "info", "config"):
+                    continue
+                calls_us = per.setdefault(cmd, [0, 0.0])
+                calls_us[0] += 1
+                calls_us[1] += entry[2]
+            total = sum(u for _, u in per.values()) or 1
+            out["logged_us_per_page"] = round(total / pages, 1)
+            out["profile"] = {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1), "us_per_page": round(u / pages, 2), "share": round(u / total, 3)} for k, (c, u) in sorted(per.items(), key=lambda kv: -kv[1][1])}
+        return out
