@@ -6,6 +6,7 @@ Used by bench/speed.py (every scrapy-redis and frontier crawl of the benchmark) 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -46,7 +47,16 @@ class RedisCpu:
         stats = self.client.info("commandstats")
         return cpu["used_cpu_user"] + cpu["used_cpu_sys"], {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()}
 
+    def idle(self, seconds: float = 3.0) -> float:
+        """Measure Redis's CPU with nothing to do (its own timers, ``hz``), in µs per second: the
+        part of a slow crawl's figure that is per second, not per page. Returns it."""
+        before, t0 = self.read()[0], time.monotonic()
+        time.sleep(seconds)
+        self.idle_us_per_s = (self.read()[0] - before) / (time.monotonic() - t0) * 1e6
+        return self.idle_us_per_s
+
     def start(self) -> None:
+        self.t_start = time.monotonic()
         if self.profile:
             self.client.config_set("slowlog-max-len", 5_000_000)
             self.client.config_set("slowlog-log-slower-than", 0)
@@ -56,6 +66,7 @@ class RedisCpu:
     def stop(self) -> None:
         """Take the readings (and the profile's log) of the end of the run."""
         self.after = self.read()
+        self.seconds = time.monotonic() - self.t_start
         self.log = []
         if self.profile:
             self.log = self.client.execute_command("SLOWLOG", "GET", -1)
@@ -63,14 +74,19 @@ class RedisCpu:
             self.client.slowlog_reset()
 
     def figures(self, pages: int) -> dict[str, Any]:
-        """``redis_cpu_us_per_page``, ``commandstats`` (the 12 costliest, calls/page and µs/call)
+        """``redis_cpu_us_per_page`` (and, after :meth:`idle`, ``redis_cpu_us_per_page_net``),
+        ``commandstats`` (the 12 costliest, calls/page and µs/call)
         and, profiled, ``profile`` (per script and command: calls/page, µs/call, µs/page, share)."""
         cpu, cmds = self.after
         spent = cpu - self.before[0]
         delta = {k: (c - self.before[1].get(k, (0, 0))[0], u - self.before[1].get(k, (0, 0))[1]) for k, (c, u) in cmds.items()}
         delta = {k: v for k, v in delta.items() if v[0] > 0}
+        idle = getattr(self, "idle_us_per_s", None)
         out: dict[str, Any] = {
             "redis_cpu_us_per_page": round(spent / pages * 1e6, 1) if pages else None,
+            # what is left once Redis's own idle work over the run's duration is taken out
+            "redis_idle_us_per_s": round(idle, 1) if idle is not None else None,
+            "redis_cpu_us_per_page_net": round((spent * 1e6 - idle * self.seconds) / pages, 1) if pages and idle is not None else None,
             "commandstats": {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)} for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:12]},
         }
         if self.profile:

@@ -244,6 +244,8 @@ def crawl(
             settings["REDIS_PARAMS"] = json.dumps({"password": parts.password})
     load_before = loadavg()
     meter = RedisCpu(redis_url, profile) if mode != "plain" else None
+    if meter:
+        meter.idle()
     procs = start_workers(workers, name, settings, env, args, spider)
     peak: dict[int, int] = {}
     try:

@@ -102,9 +102,15 @@ class DedupConfig:
         """The packed layout's entry for hex ``fingerprint``: ``<member>@<bucket>``, the member
         its first 64 bits as a signed decimal integer (Redis keeps it in an intset, 8 bytes),
         the bucket (within a shard of ``shards``) from the next 32 bits."""
+        bucket, member = self.packed_bucket(fingerprint, shards)
+        return f"{member}@{bucket}"
+
+    def packed_bucket(self, fingerprint: str, shards: int = 1) -> tuple[int, int]:
+        """(bucket, member) of hex ``fingerprint`` in the packed layout (:meth:`packed_member`);
+        the bucket's key is ``<dupefilter>:<bucket>``."""
         member = int.from_bytes(bytes.fromhex(fingerprint[:16]), "big", signed=True)
         per_shard = max(1, -(-self.buckets // max(1, shards)))
-        return f"{member}@{int(fingerprint[16:24], 16) % per_shard}"
+        return int(fingerprint[16:24], 16) % per_shard, member
 
     def per_shard(self, shards: int) -> DedupConfig:
         """The config of one of ``shards`` dupefilter shards: each first Bloom filter sized for

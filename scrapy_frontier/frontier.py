@@ -247,14 +247,32 @@ class Frontier:
         return self._push(keys=keys, args=args)
 
     def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> tuple[list[str], list[Any]]:
-        args: list[str | bytes | int] = [sh.queue_prefix, len(entries), len(acks), len(failed)]
+        """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
+        the entries grouped by host and priority, the acknowledgements by host."""
+        groups: dict[tuple[str, Any], list[Any]] = {}
         packed = self.dedup.layout == "packed"
+        shards = len(self.shards)
+        bucket_prefix = sh.dupefilter + ":"
         for e in entries:
-            fp = self.dedup.packed_member(e.fingerprint, len(self.shards)) if packed and e.fingerprint else e.fingerprint
-            args += (fp, e.host, e.score, e.payload)
+            group = groups.get((e.host, e.score))
+            if group is None:
+                group = groups[(e.host, e.score)] = []
+            if not e.fingerprint:
+                group += ("", "", e.payload)
+            elif packed:
+                bucket, member = self.dedup.packed_bucket(e.fingerprint, shards)
+                group += (bucket_prefix + str(bucket), member, e.payload)
+            else:
+                group += (e.fingerprint, "", e.payload)
+        ack_groups: dict[bytes, list[bytes]] = defaultdict(list)
         for a in acks:
             # the lease's host, so the script needs no HGET to find it ('?': the script looks)
-            args += (b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?"), a)
+            ack_groups[b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?")].append(a)
+        args: list[Any] = [sh.queue_prefix, len(groups), len(ack_groups), len(failed)]
+        for (host, score), group in groups.items():
+            args += (host, score, len(group) // 3, *group)
+        for host, fields in ack_groups.items():
+            args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
         args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap)
@@ -359,10 +377,7 @@ class Frontier:
         replies = await asyncio.gather(*(self._lease_shard_call(i, share) for i in visit))
         out: list[bytes] = []
         soonest = -1.0
-        hosts = self._lease_host
-        for i, (due_ms, pairs) in zip(visit, replies):
-            payloads = pairs[0::2]
-            hosts.update(zip(payloads, pairs[1::2]))
+        for i, (due_ms, payloads) in zip(visit, replies):
             if count > 1:  # one shard: every lease is in it, nothing to remember
                 for p in payloads:
                     self._lease_shard[p] = i
@@ -380,13 +395,24 @@ class Frontier:
         return out
 
     async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[bytes]]:
-        """One shard's lease call: (ms until its earliest host is due, -1 if none; [payload, host, ...])."""
+        """One shard's lease call: (ms until its earliest host is due, -1 if none; the payloads),
+        each payload's host remembered for its acknowledgement."""
         sh = self.shards[i]
-        due, *pairs = await self._lease(
+        due, *reply = await self._lease(
             keys=[sh.queue, sh.leases(self.node_id), sh.rates],
             args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix],
         )
-        return int(float(due)), pairs
+        payloads: list[bytes] = []
+        hosts = self._lease_host
+        j = 0
+        while j < len(reply):
+            host, k = reply[j], int(reply[j + 1])
+            group = reply[j + 2 : j + 2 + k]
+            payloads += group
+            for p in group:
+                hosts[p] = host
+            j += 2 + k
+        return int(float(due)), payloads
 
     async def unlease(self, payloads: Sequence[bytes]) -> int:
         """Return these leases of this node to the frontier (requests not started, or leases it

@@ -15,7 +15,8 @@
 -- ARGV[5] politeness prefix (+ host = the host's politeness hash)
 -- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
 -- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
--- clock is never compared with the server's); then each leased payload and its host.
+-- clock is never compared with the server's); then, for each host leased from, the host, how
+-- many, and its payloads.
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
@@ -45,21 +46,27 @@ while want > 0 and #left > 0 do
       if rate > 0 then take = 1 end
       if cap > 0 then take = math.min(take, cap - inflight) end
       local q = prefix .. host
-      local got, empty = queue_pop(q, take)
-      for j = 1, #got, 2 do
-        fields[#fields + 1] = got[j]
-        fields[#fields + 1] = got[j + 1] .. '\t' .. host
-        out[#out + 1] = got[j]
+      local groups, got, empty = queue_pop(q, take)
+      if got > 0 then
         out[#out + 1] = host
+        out[#out + 1] = got
       end
-      want = want - #got / 2
-      local held = inflight + #got / 2
+      for _, group in ipairs(groups) do
+        local value = group[1] .. '\t' .. host
+        for _, payload in ipairs(group[2]) do
+          fields[#fields + 1] = payload
+          fields[#fields + 1] = value
+          out[#out + 1] = payload
+        end
+      end
+      want = want - got
+      local held = inflight + got
       -- inflight was read above, in this same atomic call: one HSET sets it with the due time
       local ready = now
       if rate > 0 then
         ready = now + math.ceil(1000 / rate)
         redis.call('HSET', pprefix .. host, 'inflight', held, 'next', ready)
-      elseif #got > 0 then
+      elseif got > 0 then
         redis.call('HSET', pprefix .. host, 'inflight', held)
       end
       if cap > 0 and held >= cap then ready = math.max(ready, now + PARK_MS) end

@@ -7,15 +7,19 @@
 -- lease hash, KEYS[4] failed list (unsharded; a sharded crawl pushes dead letters apart and
 -- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash
 -- ARGV[1] queue prefix (+ host = the host's queue),
--- ARGV[2] n_push, ARGV[3] n_ack, ARGV[4] n_failed, then
---   n_push x (fingerprint (hex; packed: '<int64>@<bucket>'; '' to skip dedup), host, score, payload),
---   n_ack x (host of the lease ('' for a start URL's, '?' if unknown: read from the lease), lease field),
+-- ARGV[2] n_groups, ARGV[3] n_ack_groups, ARGV[4] n_failed, then
+--   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host
+--     and priority, oldest first; (dedup key, member) is, packed, a bucket's key and the
+--     fingerprint's int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
+--   n_ack_groups x (host ('' for start URLs' leases, '?' when unknown: each lease's own is read),
+--     k, then k lease fields);
 --   n_failed x dead-letter entry (JSON), then the last seven:
 --   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
 --   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom
 --   error rate, concurrency cap per host (0 = none)
--- An acknowledgement lowers its host's in-flight count once per host and call; the one that takes
--- a host below its cap brings it back in the hosts index now (frontier_lease parked it).
+-- Per group one RPUSH of its new requests and, per host acknowledged, one HDEL and one HINCRBY
+-- of its in-flight count; the acknowledgement that takes a host below its cap brings it back
+-- in the hosts index now (frontier_lease parked it).
 -- The time (a new host's due time, the recrawl age) is the server's (redis_time).
 -- Returns how many requests were queued.
 --! include redis_time
@@ -28,38 +32,49 @@ local CAP = tonumber(ARGV[#ARGV])
 local NOW = redis_now_ms()
 local now = NOW
 --! include dupefilter_seen
-local np, na, nf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local ng, na, nf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local packed = MODE == 'packed'
 local added = 0
 local i = 5
-for _ = 1, np do
-  local fp = ARGV[i]
-  if fp == '' or seen_add(fp) then
-    if queue_add(prefix .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false) then
-      redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
-    end
-    added = added + 1
+for _ = 1, ng do
+  local host, score, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  i = i + 3
+  local new = {}
+  for _ = 1, k do
+    local a = ARGV[i]
+    if a == '' or (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then new[#new + 1] = ARGV[i + 2] end
+    i = i + 3
   end
-  i = i + 4
+  if #new > 0 then
+    if queue_add_all(prefix .. host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now, host) end
+    added = added + #new
+  end
 end
 bloom_flush()
 queued_flush(prefix)
-local ended, order = {}, {}
 for _ = 1, na do
-  local host, field = ARGV[i], ARGV[i + 1]
-  if host == '?' then
-    local val = redis.call('HGET', KEYS[3], field)
-    host = val and string.sub(val, string.find(val, '\t', 1, true) + 1)
-  end
-  if host and redis.call('HDEL', KEYS[3], field) == 1 and host ~= '' then
-    if not ended[host] then ended[host] = 0; order[#order + 1] = host end
-    ended[host] = ended[host] + 1
-  end
+  local host, k = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
-end
-for _, host in ipairs(order) do
-  local k = ended[host]
-  local left = redis.call('HINCRBY', pprefix .. host, 'inflight', -k)
-  if CAP > 0 and left < CAP and left + k >= CAP then redis.call('ZADD', KEYS[2], 'XX', 'LT', now, host) end
+  local ended = {}
+  if host == '?' then
+    for j = i, i + k - 1 do
+      local val = redis.call('HGET', KEYS[3], ARGV[j])
+      if val then
+        local h = string.sub(val, string.find(val, '\t', 1, true) + 1)
+        redis.call('HDEL', KEYS[3], ARGV[j])
+        if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
+      end
+    end
+  else
+    local n = 0
+    for j = i, i + k - 1, 1000 do n = n + redis.call('HDEL', KEYS[3], unpack(ARGV, j, math.min(j + 999, i + k - 1))) end
+    if host ~= '' and n > 0 then ended[host] = n end
+  end
+  i = i + k
+  for h, n in pairs(ended) do
+    local left = redis.call('HINCRBY', pprefix .. h, 'inflight', -n)
+    if CAP > 0 and left < CAP and left + n >= CAP then redis.call('ZADD', KEYS[2], 'XX', 'LT', now, h) end
+  end
 end
 for _ = 1, nf do
   redis.call('LPUSH', KEYS[4], ARGV[i])

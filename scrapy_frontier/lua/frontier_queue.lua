@@ -13,8 +13,9 @@
 -- that a queue written before it was kept is counted whole first (frontier_status, deep).
 -- Defines: queue_add(q, score, payload, front) (front: true to serve it first) -> true when the
 -- list is new (its host may be new to the hosts index: the caller adds it there);
--- queue_pop(q, n) -> {payload, score, payload, score, ...}, highest priority first, at most n,
--- and whether the queue is now empty (its key gone); queued_flush(prefix).
+-- queue_add_all(q, score, payloads), the same for several, at the back, in one call;
+-- queue_pop(q, n) -> {{score, {payload, ...}}, ...} (highest priority first, at most n in all),
+-- how many, and whether the queue is now empty (its key gone); queued_flush(prefix).
 local queued_delta = 0
 local function queue_add(q, score, payload, front)
   local list = q .. '#' .. score
@@ -27,8 +28,21 @@ local function queue_add(q, score, payload, front)
   end
   return false
 end
+-- queue_add_all(q, score, payloads): queue_add of each, oldest first, in one RPUSH per 1000.
+local function queue_add_all(q, score, payloads)
+  local list = q .. '#' .. score
+  local len = 0
+  for j = 1, #payloads, 1000 do len = redis.call('RPUSH', list, unpack(payloads, j, math.min(j + 999, #payloads))) end
+  queued_delta = queued_delta + #payloads
+  if len == #payloads then
+    redis.call('ZADD', q, 'NX', score, score)
+    return true
+  end
+  return false
+end
 local function queue_pop(q, n)
   local out = {}
+  local taken = 0
   local empty = false
   while n > 0 do
     local first = redis.call('ZRANGE', q, 0, 0)
@@ -36,15 +50,10 @@ local function queue_pop(q, n)
     local score = first[1]
     local list = q .. '#' .. score
     local got = redis.call('LPOP', list, n)
-    local k = 0
     if got then
-      k = #got
-      for _, payload in ipairs(got) do
-        out[#out + 1] = payload
-        out[#out + 1] = score
-      end
-      n = n - k
-      queued_delta = queued_delta - k
+      out[#out + 1] = {score, got}
+      n = n - #got
+      taken = taken + #got
     end
     -- fewer than asked: the list is gone; as many: look
     if n > 0 or redis.call('EXISTS', list) == 0 then
@@ -53,7 +62,8 @@ local function queue_pop(q, n)
       if empty then break end
     end
   end
-  return out, empty
+  queued_delta = queued_delta - taken
+  return out, taken, empty
 end
 local function queued_flush(prefix)
   if queued_delta ~= 0 then
