@@ -14,8 +14,16 @@ Parts (in this order; ``--only``/``--skip`` take these names):
 - ``mysql``: the MySQL storage pipeline alone, ITEMS Page items of about 1 KB (bench/storage.py);
 - ``memory``: one worker's RSS while the frontier grows to MEMORY_REQUESTS requests
   (bench/memory.py);
-- ``dedup``: Redis bytes per URL of the exact and the Bloom dupefilter at DEDUP_URLS URLs
-  (bench/dedup_memory.py).
+- ``dedup``: Redis bytes per URL of the exact (packed and scrapy-redis's hex set) and the Bloom
+  dupefilter at DEDUP_URLS URLs (bench/dedup_memory.py);
+- ``queue``: Redis bytes per queued request at QUEUE_REQUESTS requests over 1,000 hosts and over
+  a tenth as many hosts as requests (bench/queue_memory.py);
+- ``broad``: a broad crawl, BROAD_HOSTS hosts of BROAD_PAGES pages, at most 2 requests in flight
+  per host: plain Scrapy against this project with one and two workers, rounds interleaved
+  (``--repeat``), and one profiled run: Redis's time per script (bench/broad.py).
+
+Every crawl with a Redis also reports Redis's CPU per page (``INFO cpu``; and net of what Redis
+spends idle over the same seconds) and its costliest commands (bench/redis_cpu.py).
 
 Redis: a throwaway ``redis-server`` on a free loopback port (or ``--redis URL``: its ``site:*``
 keys are deleted before each run). MySQL: ``--mysql`` (database created and dropped; its name
@@ -46,7 +54,7 @@ if str(ROOT) not in sys.path:
 from bench import memory, speed, storage  # noqa: E402
 from bench.speed import OUT  # noqa: E402
 
-PARTS = ("crawl", "storage", "mysql", "memory", "dedup")
+PARTS = ("crawl", "storage", "mysql", "memory", "dedup", "queue", "broad")
 #: (name, mode, workers) of the crawl part; the first is the baseline of every ratio.
 CRAWLS = (
     ("plain Scrapy", "plain", 1),
@@ -63,6 +71,10 @@ TARGETS = {
     "mysql": ("items/s", ">=", 10_000),
     "memory": ("worker RSS growth", "<=", "max(10 MB, 5%)"),
     "bloom": ("bytes/URL at a false-positive rate <= 1e-6", "<=", 4.0),
+    "packed": ("bytes/URL, exact", "<=", 16.0),
+    "queue": ("bytes per queued request", "<=", 100.0),
+    "broad, this project, 1 worker": ("ratio to plain Scrapy", ">=", 1.0),
+    "broad, this project, 2 workers": ("ratio to plain Scrapy", ">=", 1.9),
 }
 
 
@@ -176,6 +188,32 @@ def run_dedup(args: argparse.Namespace, results: dict[str, Any]) -> None:
     results["dedup"] = json.loads(out.read_text())
 
 
+def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """bench/queue_memory.py in a process of its own, at QUEUE_REQUESTS over 1,000 hosts and over
+    requests / 10 hosts (the per-host keys' share)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    results["queue"] = []
+    for hosts in (1000, max(1, args.queue_requests // 10)):
+        cmd = [sys.executable, str(ROOT / "bench" / "queue_memory.py"), "--requests", str(args.queue_requests), "--hosts", str(hosts)]
+        print("queue:", " ".join(cmd[1:]), flush=True)
+        started = time.monotonic()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"queue: bench/queue_memory.py failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r["seconds"] = round(time.monotonic() - started, 1)
+        print("queue:", r, flush=True)
+        results["queue"].append(r)
+
+
+def run_broad(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    from bench import broad
+
+    print(f"broad: {args.broad_hosts} hosts x {args.broad_pages} pages, {args.repeat} round(s)", flush=True)
+    results["broad"] = broad.run(args.broad_hosts, args.broad_pages, 2, max(1, args.repeat), args.redis)
+
+
 def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each target, its measured value and whether it is met (None: not measured)."""
     crawls = results["crawls"]
@@ -201,6 +239,17 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         m = results["memory"]
         first = m["checkpoints"][1]["worker_rss_mb"]
         put("memory", m["growth_mb"], m["growth_mb"] <= max(10.0, 0.05 * first))
+    packed = results.get("dedup", {}).get("packed")
+    if packed:
+        put("packed", packed["bytes_per_url"], packed["bytes_per_url"] <= TARGETS["packed"][2])
+    if results.get("queue"):
+        worst = max(r["bytes_per_request"] for r in results["queue"])
+        put("queue", worst, worst <= TARGETS["queue"][2])
+    if "broad" in results:
+        for name in ("this project, 1 worker", "this project, 2 workers"):
+            ratio = results["broad"]["ratio"].get(name)
+            if ratio is not None:
+                put(f"broad, {name}", ratio, ratio >= TARGETS[f"broad, {name}"][2])
     bloom = results.get("dedup", {}).get("bloom")
     if bloom:
         # The filter's configured rate; the measured one is shown beside it (with a million
@@ -217,7 +266,7 @@ def markdown(results: dict[str, Any]) -> str:
     v = results["verdicts"]
     base = crawls.get("plain Scrapy", {}).get("pages_per_s")
     if crawls:
-        lines += ["| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | target |", "|---|---|---|---|---|---|---|"]
+        lines += ["| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |", "|---|---|---|---|---|---|---|---|"]
         for name, r in crawls.items():
             ratio = f"{r['pages_per_s'] / base:.2f}" if base and r["pages_per_s"] else "-"
             target = ""
@@ -225,8 +274,25 @@ def markdown(results: dict[str, Any]) -> str:
                 t = v[name]
                 shown = f"{t['value']:.1%} lost" if name == STORAGE_RUN else t["value"]
                 target = f"{t['target'].replace('0.05', '5%')}: {shown} {'met' if t['met'] else 'NOT met'}"
-            lines.append(f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {target} |")
+            lines.append(f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |")
         lines.append("")
+    b = results.get("broad")
+    if b:
+        lines += [f"Broad crawl: {b['hosts']} hosts x {b['pages_per_host']} pages, at most {b['cap']} requests in flight per host, median of {b['rounds']} interleaved round(s):", ""]
+        lines += ["| run | pages | pages/s | ratio to plain Scrapy (each round) | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |", "|---|---|---|---|---|---|---|"]
+        for name, r in b["median"].items():
+            t = v.get(f"broad, {name}")
+            target = f"{t['target']}: {t['value']} {'met' if t['met'] else 'NOT met'}" if t else ""
+            each = ", ".join(str(x) for x in b["ratio_per_round"][name])
+            lines.append(f"| {name} | {r['pages']} | {r['pages_per_s']} | {b['ratio'][name]} ({each}) | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |")
+        lines.append("")
+        prof = b.get("profiled", {}).get("profile")
+        if prof:
+            lines += ["Where Redis's time goes (the profiled two-worker broad run, every command logged; µs of execution per page):", ""]
+            lines += ["| script or command | calls/page | µs/call | µs/page | share |", "|---|---|---|---|---|"]
+            for k, p in list(prof.items())[:8]:
+                lines.append(f"| {k} | {p['calls_per_page']} | {p['us_per_call']} | {p['us_per_page']} | {p['share']:.0%} |")
+            lines.append("")
     rows = []
     if "mysql" in results:
         m = results["mysql"]
@@ -239,17 +305,31 @@ def markdown(results: dict[str, Any]) -> str:
         rows.append(f"| worker RSS as the frontier grows ({m['source']}) | {points} | flat: {m['growth_mb']:+} MB {'met' if t['met'] else 'NOT met'} |")
     d = results.get("dedup")
     if d:
-        e, b = d["exact"], d["bloom"]
-        rows.append(f"| dedup, exact set | {e['bytes_per_url']} bytes/URL at {e['urls']:,} URLs | |")
+        if "packed" in d:
+            p, t = d["packed"], v.get("packed", {})
+            rows.append(f"| dedup, exact, packed (the default) | {p['bytes_per_url']} bytes/URL at {p['urls']:,} URLs | <= 16 bytes/URL: {'met' if t.get('met') else 'NOT met'} |")
+        e, b = d.get("set") or d["exact"], d["bloom"]
+        rows.append(f"| dedup, exact, scrapy-redis's hex set | {e['bytes_per_url']} bytes/URL at {e['urls']:,} URLs | |")
         fp = b.get("false_positive_rate") or 0.0
         t = v.get("bloom", {})
         rows.append(
             f"| dedup, Bloom filter (error rate {b.get('error_rate', '?')}) | {b['bytes_per_url']} bytes/URL at {b['urls']:,} URLs;"
             f" false positives {b.get('false_positives')} of {b.get('fresh_queries', 0):,} ({fp:.1e}) | <= 4 bytes/URL at <= 1e-6: {'met' if t.get('met') else 'NOT met'} |"
         )
+    for q in results.get("queue") or ():
+        t = v.get("queue", {})
+        rows.append(f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over {q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |")
     if rows:
         lines += ["| measure | result | target |", "|---|---|---|", *rows, ""]
     return "\n".join(lines)
+
+
+def redis_cpu(r: dict[str, Any]) -> str:
+    """A run's Redis CPU per page for the tables: 'raw (net)', or '' without a Redis."""
+    if r.get("redis_cpu_us_per_page") is None:
+        return ""
+    net = r.get("redis_cpu_us_per_page_net")
+    return f"{r['redis_cpu_us_per_page']}" + (f" ({net})" if net is not None else "")
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
@@ -300,12 +380,15 @@ def chart(results: dict[str, Any], path: Path) -> None:
     ax = axes[1][1]
     d = results.get("dedup")
     if d:
-        ax.bar(["exact set", "Bloom filter"], [d["exact"]["bytes_per_url"], d["bloom"]["bytes_per_url"]], color=["#888888", "#3f7fd9"])
-        ax.axhline(4, color="red", linestyle="--", label="target 4 bytes/URL")
-        for i, key in enumerate(("exact", "bloom")):
+        layouts = [(k, label) for k, label in (("packed", "exact, packed"), ("set", "exact, hex set"), ("exact", "exact set"), ("bloom", "Bloom filter")) if k in d]
+        ax.bar([label for _, label in layouts], [d[k]["bytes_per_url"] for k, _ in layouts], color=["#3f7fd9" if k != "set" else "#888888" for k, _ in layouts])
+        ax.axhline(4, color="red", linestyle="--", label="target 4 bytes/URL (Bloom)")
+        for i, (key, _) in enumerate(layouts):
             ax.text(i, d[key]["bytes_per_url"], f"{d[key]['bytes_per_url']}", ha="center", va="bottom")
+        ax.set_yscale("log")
         ax.legend(fontsize=8)
-        ax.set_title(f"Dupefilter memory at {d['exact']['urls']:,} URLs", fontsize=10)
+        urls = next(iter(d[k]["urls"] for k, _ in layouts))
+        ax.set_title(f"Dupefilter memory at {urls:,} URLs", fontsize=10)
     else:
         ax.set_title("Dupefilter memory (not measured)", fontsize=10)
     ax.set_ylabel("Redis bytes per URL")
@@ -324,6 +407,9 @@ def main() -> None:
     parser.add_argument("--dedup-urls", type=int, default=10_000_000, help="URLs added by the dedup part")
     parser.add_argument("--dedup-json", metavar="FILE", help="take the dedup figures from FILE (a bench/out/dedup.json of an earlier run) instead of running it")
     parser.add_argument("--dedup-queries", type=int, default=1_000_000, help="fresh URLs asked of the dedup filters (false positives)")
+    parser.add_argument("--queue-requests", type=int, default=10_000_000, help="requests queued by the queue part")
+    parser.add_argument("--broad-hosts", type=int, default=300, help="hosts of the broad crawl")
+    parser.add_argument("--broad-pages", type=int, default=40, help="pages per host of the broad crawl")
     parser.add_argument("--redis", default=None, help="Redis database URL for the crawls (its site:* keys are deleted); default: a throwaway redis-server")
     parser.add_argument("--mysql", default=storage.DEFAULT_MYSQL, help="MySQL URL of a bench database (created and dropped; name ending in _bench)")
     parser.add_argument("--only", nargs="+", choices=PARTS, default=None, help="run only these parts")
@@ -352,6 +438,10 @@ def main() -> None:
         memory.print_table(results["memory"])
     if "dedup" in args.parts:
         run_dedup(args, results)
+    if "queue" in args.parts:
+        run_queue(args, results)
+    if "broad" in args.parts:
+        run_broad(args, results)
     results["verdicts"] = verdicts(results)
     results["seconds"] = round(time.monotonic() - started)
     results["machine"]["load_at_end"] = speed.loadavg()

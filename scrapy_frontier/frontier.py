@@ -316,6 +316,8 @@ class Frontier:
         it produced are queued and its dead letter kept. Within one shard this is one atomic
         script call; across shards the pushes go first (one call per shard, concurrently), then
         the acknowledgements. Returns how many were queued."""
+        if not (entries or acks or failed):
+            return 0
         acks = [a if isinstance(a, bytes) else a.encode() for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
