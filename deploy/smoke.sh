@@ -85,6 +85,14 @@ cleanup() {
   trap - EXIT INT TERM
   if [ -n "$PROJECT" ]; then
     log "cleanup of project $PROJECT"
+    if [ -n "$failed" ] || [ $rc -ne 0 ]; then
+      local id
+      podman ps -a --filter "label=io.podman.compose.project=$PROJECT" >>"$LOG" 2>&1
+      for id in $(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT" 2>/dev/null); do
+        echo "--- podman logs $(podman inspect --format '{{.Name}}' "$id" 2>/dev/null) (last 60 lines)"
+        podman logs --tail 60 "$id" 2>&1
+      done >>"$LOG"
+    fi
     if [ -x "$CACHE/venv/bin/podman-compose" ]; then
       compose down -v -t 5 >>"$LOG" 2>&1
     fi

@@ -7,7 +7,7 @@
 set -eu
 datadir=/var/lib/mysql
 if [ "${1:-}" = mariadbd ] && [ ! -d "$datadir/mysql" ]; then
-  mariadb-install-db --datadir="$datadir" --skip-test-db --auth-root-authentication-method=socket >/dev/null
+  mariadb-install-db --datadir="$datadir" --skip-test-db --auth-root-authentication-method=socket --auth-root-socket-user=mysql >/dev/null
   mariadbd --datadir="$datadir" --skip-networking --socket=/run/mysqld/init.sock &
   pid=$!
   i=0
