@@ -62,9 +62,12 @@ run() {
   rc=$?
   printf '%s\n' "$out" >>"$LOG"
   if [ $rc -ne 0 ]; then
-    local last
-    last="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1 | cut -c1-300)"
-    fail "$1 exited $rc${last:+: $last}"
+    # The reason: podman's first "Error: ..." line, else the last line printed.
+    local last name="$1"
+    [ "$name" != compose ] || name=podman-compose
+    last="$(printf '%s\n' "$out" | grep -m 1 '^Error: ')" \
+      || last="$(printf '%s\n' "$out" | grep -v '^[[:space:]]*$' | tail -n 1)"
+    fail "$name exited $rc${last:+: ${last:0:300}}"
   fi
 }
 
