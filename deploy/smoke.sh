@@ -16,7 +16,8 @@
 #
 # Needs root on Debian (apt-get installs what is missing) and a package index for pip: the
 # build uses the host's network, CA bundle (SMOKE_CA_BUNDLE, else PIP_CERT, pip's `cert`,
-# REQUESTS_CA_BUNDLE, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt) and index (PIP_INDEX_URL or pip's `index-url`, if set).
+# REQUESTS_CA_BUNDLE, SSL_CERT_FILE, /etc/ssl/certs/ca-certificates.crt) and index
+# (PIP_INDEX_URL or pip's `index-url`, if set).
 # Images are kept as a cache (localhost/crawler-smoke-*, localhost/crawler-worker:smoke): a
 # second run rebuilds only what changed. Containers, volumes and the network are removed at
 # the end, whatever happened. Success: a few `smoke:` lines with the figures, exit 0.
@@ -128,7 +129,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --subtree) [ $# -ge 2 ] || fail "--subtree needs a value"; SUBTREE="$2"; shift 2 ;;
     --workdir) [ $# -ge 2 ] || fail "--workdir needs a value"; WORKDIR="$2"; KEEP_WORKDIR=1; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) fail "unknown option $1 (see --help)" ;;
   esac
 done

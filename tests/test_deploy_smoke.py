@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -89,9 +90,23 @@ def copy_repository(repo: Path) -> None:
 
 
 def run_script(script: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """The script in a subprocess; past ``timeout`` it gets SIGTERM (its trap removes the stack)
+    before the test fails."""
     # The script chooses its own ports and names; nothing from the test's environment leaks in.
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "MYSQL_URL", "CONTAINERS_CONF", "PYTHONPATH")}
-    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    cmd = ["bash", str(script), *args]
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                stdout, stderr = proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+            pytest.fail(f"{script} did not end in {timeout:.0f} s: {stderr.strip()}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def figures(stdout: str) -> dict[str, dict[str, str]]:
