@@ -233,6 +233,9 @@ wait_for 120 "mariadb (healthcheck.sh)" podman healthcheck run "$(container mari
 wait_for 60 "worker1 (daemonstatus.json)" podman healthcheck run "$(container worker1)"
 wait_for 60 "worker2 (daemonstatus.json)" podman healthcheck run "$(container worker2)"
 wait_for 60 "prometheus (/-/ready)" api "http://127.0.0.1:$PROMETHEUS_PORT/-/ready"
+# deploy/alerts.yml, loaded by this Prometheus (a rule it cannot parse stops it at start).
+rules="$(api "http://127.0.0.1:$PROMETHEUS_PORT/api/v1/rules?type=alert" 2>>"$LOG" | python3 -c 'import json, sys; print(sum(len(g["rules"]) for g in json.load(sys.stdin)["data"]["groups"]))' 2>>"$LOG")"
+[ "${rules:-0}" -gt 0 ] || fail "Prometheus loaded no alert rule from deploy/alerts.yml"
 wait_for 30 "docs (http.server)" podman exec "$(container worker1)" python -c \
   "import urllib.request; urllib.request.urlopen('http://docs:8000/$SUBTREE/index.html', timeout=2)"
 timed start
@@ -324,7 +327,7 @@ step=report
 total=$(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 echo "smoke: pages expected=$expected stored=$stored duplicates=0 missing=0 extra=0"
 echo "smoke: jobs finished=2 items=${items[0]},${items[1]}"
-echo "smoke: prometheus up=worker1:9410,worker2:9410 crawler_pages_total=$seen_pages"
+echo "smoke: prometheus up=worker1:9410,worker2:9410 crawler_pages_total=$seen_pages alert_rules=$rules"
 echo "smoke: seconds packages=${SECONDS_OF[packages]} base=${SECONDS_OF[base]} build=${SECONDS_OF[build]} start=${SECONDS_OF[start]} crawl=${SECONDS_OF[crawl]} total=$total (pages in ${crawl_seconds}s, with the ${IDLE_SECONDS}s idle end)"
 echo "smoke: image $WORKER_IMAGE $image_size"
 echo "smoke: ok"

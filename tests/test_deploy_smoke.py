@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import DOCS, ROOT
 from tests.oracle import reachable_pages
@@ -139,6 +140,9 @@ def test_the_image_built_a_compose_crawl_stored_and_prometheus_scraped(podman, t
     assert sum(int(n) for n in got["jobs"]["items"].split(",")) == len(expected)
     assert got["prometheus"]["up"] == "worker1:9410,worker2:9410"
     assert int(got["prometheus"]["crawler_pages_total"]) > 0
+    # Prometheus 2.42 (Debian's) loaded every rule of deploy/alerts.yml.
+    alerts = yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())
+    assert int(got["prometheus"]["alert_rules"]) == sum(len(g["rules"]) for g in alerts["groups"]) > 0
     assert float(got["seconds"]["total"]) > 0
     # The stored pages are the expected ones (the script compared the URLs; check its lists).
     stored = (tmp_path / "smoke" / "stored.txt").read_text().split()
