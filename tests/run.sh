@@ -18,6 +18,13 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v mariadbd >/dev/null || missing+=(mariadb-server)
 # libfaketime: tests/test_clock.py runs a worker whose wall clock is minutes off.
 [ -f /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(faketime)
+# tests/test_deploy_smoke.py: deploy/smoke.sh builds and runs the images with rootful podman (it
+# installs these itself too; here they come in the one apt-get run). Not root: the test is skipped.
+if [ "$(id -u)" = 0 ]; then
+  for pkg in podman runc mmdebstrap netavark aardvark-dns iptables uidmap slirp4netns fuse-overlayfs; do
+    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null

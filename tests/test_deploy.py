@@ -157,8 +157,10 @@ class Deployment:
         for path in sorted(p for p in d.root.rglob("*") if p.is_file()):
             rel = path.relative_to(d.root).as_posix()
             text = path.read_text()
-            if path.name == "Dockerfile":
+            if path.name in ("Dockerfile", "Containerfile"):
                 d.files[rel] = parse_dockerfile(text)
+            elif path.suffix == ".sh":
+                d.files[rel] = text
             elif path.suffix in (".yaml", ".yml"):
                 d.files[rel] = list(yaml.safe_load_all(text))
             elif path.suffix == ".json":
@@ -626,9 +628,35 @@ def check_wiring(d: Deployment) -> list[str]:
     return problems
 
 
+def check_podman(d: Deployment) -> list[str]:
+    """deploy/compose.podman.yaml (deploy/smoke.sh's override) changes services compose.yaml has
+    (and adds only ``docs``), gives the workers the image smoke.sh builds and every service one
+    that smoke.sh builds locally (never pulled); smoke.sh starts services that exist."""
+    override = d.files.get("compose.podman.yaml")
+    script = d.files.get("smoke.sh", "")
+    if not override:
+        return ["deploy/compose.podman.yaml is missing"]
+    problems = []
+    services = override[0].get("services", {})
+    problems += [f"compose.podman.yaml: service {name} is not in compose.yaml" for name in sorted(set(services) - set(d.services) - {"docs"})]
+    worker_image = re.search(r"^WORKER_IMAGE=(\S+)", script, re.M)
+    for name in d.worker_services():
+        image = services.get(name, {}).get("image")
+        if not worker_image or image != worker_image.group(1):
+            problems.append(f"compose.podman.yaml: {name} runs {image}, not the image smoke.sh builds")
+    for name, svc in services.items():
+        if not str(svc.get("image", "")).startswith("localhost/") or svc.get("pull_policy") != "never":
+            problems.append(f"compose.podman.yaml: {name} is not a local image with pull_policy: never")
+    started = re.search(r"compose up -d --no-build ([\w ]+)", script)
+    for name in started.group(1).split() if started else ["(none)"]:
+        if name not in d.services and name not in services:
+            problems.append(f"smoke.sh starts service {name}, which neither compose file defines")
+    return problems
+
+
 def all_problems(context: Path, facts: CodeFacts) -> list[str]:
     d = Deployment.load(context)
-    return check_env(d, facts) + check_metrics(d, facts) + check_ports(d) + check_storage(d, facts) + check_project(d, facts) + check_wiring(d)
+    return check_env(d, facts) + check_metrics(d, facts) + check_ports(d) + check_storage(d, facts) + check_project(d, facts) + check_wiring(d) + check_podman(d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -763,6 +791,11 @@ def broken(tmp_path, facts):
         ("deploy/compose.yaml", "./grafana/dashboard.json:/var/lib/grafana/dashboards/", "./grafana/dashboard.json:/var/lib/grafana/other/", "grafana/dashboard.json is not loaded"),
         ("deploy/compose.yaml", "./prometheus.yml:/etc/prometheus/prometheus.yml", "./alerts.yml:/etc/prometheus/prometheus.yml", "does not load deploy/prometheus.yml"),
         ("deploy/k8s/kustomization.yaml", "  - service.yaml\n", "", "k8s/kustomization.yaml lists"),
+        # the podman override (deploy/smoke.sh)
+        ("deploy/compose.podman.yaml", "  prometheus:\n", "  prometheus2:\n", "service prometheus2 is not in compose.yaml"),
+        ("deploy/compose.podman.yaml", "image: localhost/crawler-worker:smoke", "image: crawler-worker", "worker1 runs crawler-worker, not the image smoke.sh builds"),
+        ("deploy/compose.podman.yaml", "image: localhost/crawler-smoke-redis:bookworm", "image: redis:7.4", "redis is not a local image"),
+        ("deploy/smoke.sh", "worker2 prometheus docs", "worker2 prometheus docs web", "smoke.sh starts service web"),
     ],
 )
 def test_a_broken_deploy_is_reported(broken, rel, old, new, reported):
