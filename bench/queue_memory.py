@@ -65,11 +65,22 @@ async def fill(url: str, requests: int, hosts: int) -> dict:
             entries.append(Entry(fingerprint, host, 0, payload))
         await frontier.push(entries)
     sync = redis.Redis.from_url(url)
-    total = sync.memory_usage(keys.queue) or 0
-    for host in sync.zrange(keys.queue, 0, -1):
-        total += sync.memory_usage(keys.queue_prefix.encode() + host, samples=0) or 0
-        for key in sync.scan_iter(match=keys.queue_prefix.encode() + host + b"#*"):  # its priority lists
-            total += sync.memory_usage(key, samples=0) or 0
+    total = sync.memory_usage(keys.queue, samples=0) or 0
+    hosts_seen = sync.zrange(keys.queue, 0, -1)
+    for start in range(0, len(hosts_seen), 1000):
+        chunk = hosts_seen[start : start + 1000]
+        with sync.pipeline(transaction=False) as pipe:
+            for host in chunk:
+                pipe.zrange(keys.queue_prefix.encode() + host, 0, -1)  # its priorities
+            priorities = pipe.execute()
+        with sync.pipeline(transaction=False) as pipe:
+            for host, scores in zip(chunk, priorities):
+                q = keys.queue_prefix.encode() + host
+                pipe.memory_usage(q, samples=0)
+                for score in scores:
+                    pipe.memory_usage(q + b"#" + score, samples=0)  # a priority's list
+            total += sum(n or 0 for n in pipe.execute())
+    total += sync.memory_usage(keys.queue_prefix + "@queued", samples=0) or 0
     used = sync.info("memory")["used_memory"]
     await client.aclose()
     return {"requests": requests, "hosts": hosts, "queue_bytes": total, "bytes_per_request": round(total / requests, 1), "redis_used_memory": used}

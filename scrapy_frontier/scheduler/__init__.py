@@ -474,9 +474,8 @@ class FrontierScheduler(BaseScheduler):
             if entries:
                 self.stats.inc_value("dupefilter/filtered", len(entries) - added)
                 self.stats.inc_value("frontier/queued", added)
-            if added or acks:
-                # new requests, or a host an acknowledgement took below its cap: worth a lease now
-                self._next_poll = 0.0
+                if added:
+                    self._next_poll = 0.0
 
     async def _refill(self) -> int:
         assert self.spider is not None
