@@ -28,7 +28,10 @@ def skewed(offset: str) -> dict[str, str]:
 def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_worker, redis_url, redis_client):  # noqa: F811
     server = recording_server("127.0.0.12", pages=PAGES, delay_ms=300)
     # quick heartbeats: a clock taken from the worker would declare one of the two dead at once
-    settings = {**FAST, "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "DOMAIN_RATE_LIMIT": str(RATE), "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
+    # MAX_IDLE_TIME_BEFORE_CLOSE: the first worker waits, with nothing queued, for the second to
+    # start (under libfaketime, on a loaded machine, from a fresh clone: seen to take over 3 s);
+    # with 3 s it closed before the start URL came and the second took every page ([0, 60]).
+    settings = {**FAST, "MAX_IDLE_TIME_BEFORE_CLOSE": "15", "DOMAIN_RATE_LIMIT": str(RATE), "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
     plain = start_worker(settings=settings, env={"REDIS_URL": redis_url})
     plain.wait_for("Joined the crawl")
     if late:
@@ -39,6 +42,7 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     other = start_worker(settings=settings, env={"REDIS_URL": redis_url, **skewed(offset)})
     other.wait_for("Joined the crawl")
     joined = time.time()
+    assert plain.proc.poll() is None, "the first worker closed before the second joined: " + plain.output[-2000:]
     if not late:
         redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     for w in (plain, other):
