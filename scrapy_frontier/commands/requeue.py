@@ -90,8 +90,6 @@ def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
             pipe.rpush(f"{sh.queue_prefix}{host}#{score}", payload)
             pipe.zadd(sh.queue_prefix + host, {str(score): score}, nx=True)
             pipe.zadd(sh.queue, {host: now}, nx=True)
-            # the shard's queued count, once it is kept (lua/frontier_queue.lua)
-            pipe.eval("if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCR', KEYS[1]) end", 1, sh.queue_prefix + "@queued")
             pipe.execute()
         requeued += client.lrem(keys.failed, 1, raw)
     return requeued
