@@ -13,6 +13,7 @@ of their own take it from ``REDIS_PARAMS["sentinel_kwargs"]``.
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -215,7 +216,7 @@ async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
         found = False
     _cluster_urls[url] = found
     if found:
-        _shared.pop(id(crawler), None)
+        _shared.pop(crawler, None)
         await client.aclose()
         client = shared_redis(crawler)
         await ready(client)
@@ -252,17 +253,22 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-_shared: dict[int, redis.asyncio.Redis] = {}
+# Keyed by the crawler itself, weakly: an ``id()`` is reused once a crawler is collected, and a
+# new crawler (in tests, one per run in the same process) would get another's client and URL.
+_shared: weakref.WeakKeyDictionary[Any, redis.asyncio.Redis] = weakref.WeakKeyDictionary()
+
+
 def shared_redis(crawler: Any) -> redis.asyncio.Redis:
     """The one asyncio client (and connection pool) of a crawler, closed when its spider closes.
     Raises :class:`ConfigError` for a malformed ``REDIS_URL``."""
-    key = id(crawler)
-    client = _shared.get(key)
+    client = _shared.get(crawler)
     if client is None:
-        client = _shared[key] = async_redis(crawler.settings)
+        client = _shared[crawler] = async_redis(crawler.settings)
+        owner = weakref.ref(crawler)
 
         async def close() -> None:
-            shared = _shared.pop(key, None)
+            crawler = owner()
+            shared = _shared.pop(crawler, None) if crawler is not None else None
             if shared is not None:
                 await shared.aclose()
 

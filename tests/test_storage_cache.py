@@ -121,6 +121,25 @@ def test_a_redis_error_never_drops_an_item(redis_url):
     assert "cache/checked" not in out["stats"] and out["unchanged"] == [[]]
 
 
+def test_each_crawler_gets_a_client_of_its_own_url():
+    """A crawler's shared client is never another's: clients were kept by ``id(crawler)``, which
+    a new crawler reuses once the last one is collected, so a test run's crawler for an
+    unreachable Redis got the real Redis of the test before it (``cache/errors`` missing)."""
+    import gc
+
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.connection import shared_redis
+
+    for port in range(10001, 10201):  # CPython reuses a freed id within a few dozen
+        crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+        assert shared_redis(crawler).connection_pool.connection_kwargs["port"] == port
+        del crawler
+        if port % 10 == 0:
+            gc.collect()
+
+
 async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rounds: list) -> tuple[dict, list]:
     """Run each round's items through the cache then the storage pipeline, as Scrapy chains
     them; return the stats and, per round, whether the cache had answered the first item's
