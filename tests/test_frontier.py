@@ -77,6 +77,28 @@ def test_priority_orders_within_a_host(redis_url):
     assert run(with_frontier(redis_url, go)) == [b'{"url":"high"}']
 
 
+def test_first_in_first_out_within_a_priority(redis_url):
+    """Requests of one priority and host are served in the order they were pushed (not in the
+    order of their bytes: z, y, x stays z, y, x), and requests given back (not started, or a
+    node leaving) are served again first, in the order they were taken."""
+    names = ["z", "y", "x", "w"]
+
+    async def go(f, r):
+        for name in names[:2]:
+            await f.push([entry(name)])
+        await f.push([entry(name) for name in names[2:]])
+        await f.push([entry("high", score=-1)])
+        served = [json.loads(p)["url"] for p in await f.lease(1)]
+        taken = await f.lease(3)
+        assert await f.unlease(taken) == 3
+        served_again = [json.loads(p)["url"] for p in await f.lease(2)]
+        assert await f.release() == 3  # and "high", still held
+        after_release = [json.loads(p)["url"] for p in await f.lease(10)]
+        return served, served_again, after_release
+
+    assert run(with_frontier(redis_url, go)) == (["high"], ["z", "y"], ["high", "z", "y", "x", "w"])
+
+
 def test_release_returns_leases_and_start_urls(redis_url):
     async def go(f, r):
         await f.push([entry("a")])

@@ -6,7 +6,9 @@
 -- KEYS[3...] lease hashes
 -- ARGV[1] queue prefix (+ host), ARGV[2] politeness prefix (+ host), ARGV[3] start URLs as a
 -- set (1/0), ARGV[4] lease field prefix of a raw start URL
--- Returns how many leases were restored.
+-- Returns how many leases were restored. Leases are put back last first, each to the front of
+-- its list: a lease hash small enough for Redis's listpack keeps the order its leases were
+-- written in (frontier_lease: the order they were taken), so they are served in it again.
 --! include redis_time
 --! include frontier_queue
 local now = redis_now_ms()
@@ -14,7 +16,7 @@ local prefix, pprefix, as_set, start_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local restored = 0
 for k = 3, #KEYS do
   local all = redis.call('HGETALL', KEYS[k])
-  for j = 1, #all, 2 do
+  for j = #all - 1, 1, -2 do
     local member, val = all[j], all[j + 1]
     local tab = string.find(val, '\t', 1, true)
     local score, host = string.sub(val, 1, tab - 1), string.sub(val, tab + 1)

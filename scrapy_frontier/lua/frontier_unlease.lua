@@ -7,13 +7,14 @@
 -- URLs (list or set)
 -- ARGV[1] queue prefix (+ host), ARGV[2] politeness prefix (+ host), ARGV[3] lease field prefix
 -- of a raw start URL, ARGV[4] start URLs as a set (1/0), ARGV[5...] lease fields
--- Returns how many were leased and given back.
+-- Returns how many were leased and given back. Fields are given back last first, each to the
+-- front of its list, so that requests taken in this order are served in it again.
 --! include redis_time
 --! include frontier_queue
 local now = redis_now_ms()
 local n = 0
 local start_prefix = ARGV[3]
-for i = 5, #ARGV do
+for i = #ARGV, 5, -1 do
   local val = redis.call('HGET', KEYS[2], ARGV[i])
   if val then
     local tab = string.find(val, '\t', 1, true)
