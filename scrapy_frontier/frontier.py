@@ -182,6 +182,15 @@ def slot_of(host: str | None) -> str:
     return host + "." if host == "failed" else host
 
 
+def _push_reply(reply: Any, args: Sequence[Any], duplicates: list[Any] | None) -> int:
+    """The count of a frontier_push reply; with ``duplicates``, the payloads its ARGV indexes
+    name are appended to it."""
+    if duplicates is None:
+        return int(reply)
+    duplicates.extend(args[int(i) - 1] for i in reply[1:])
+    return int(reply[0])
+
+
 class Frontier:
     """One crawl's frontier, seen from one node."""
 
@@ -242,13 +251,14 @@ class Frontier:
 
     # -- push and acknowledge ---------------------------------------------------------------
 
-    def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> Any:
-        keys, args = self._push_args(sh, entries, acks, failed)
-        return self._push(keys=keys, args=args)
+    async def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], duplicates: list[Any] | None = None) -> int:
+        keys, args = self._push_args(sh, entries, acks, failed, duplicates is not None)
+        return _push_reply(await self._push(keys=keys, args=args), args, duplicates)
 
-    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str]) -> tuple[list[str], list[Any]]:
+    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], report: bool = False) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
-        the entries grouped by host and priority, the acknowledgements by host."""
+        the entries grouped by host and priority, the acknowledgements by host; ``report`` asks
+        for the duplicates found."""
         groups: dict[tuple[str, Any], list[Any]] = {}
         packed = self.dedup.layout == "packed"
         shards = len(self.shards)
@@ -275,7 +285,7 @@ class Frontier:
             args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap)
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
         return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args
 
@@ -304,24 +314,25 @@ class Frontier:
             return replies
         raise AssertionError("unreachable")
 
-    async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes]) -> int:
-        keys, args = self._push_args(sh, entries, acks, [])
+    async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes], duplicates: list[Any] | None = None) -> int:
+        keys, args = self._push_args(sh, entries, acks, [], duplicates is not None)
         # execute_command: redis-py's cluster pipeline refuses its evalsha() method, not the command
-        (added,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
-        return int(added)
+        (reply,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
+        return _push_reply(reply, args, duplicates)
 
-    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = ()) -> int:
+    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = (), duplicates: list[Any] | None = None) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
         ``acks`` and push dead letters ``failed``: a lease is never released before the requests
         it produced are queued and its dead letter kept. Within one shard this is one atomic
         script call; across shards the pushes go first (one call per shard, concurrently), then
-        the acknowledgements. Returns how many were queued."""
+        the acknowledgements. Returns how many were queued; given a list ``duplicates``, appends
+        to it the payload of each entry the dupefilter had seen."""
         if not (entries or acks or failed):
             return 0
         acks = [a if isinstance(a, bytes) else a.encode() for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
-            return int(await self._push_call(self.shards[0], entries, acks, failed))
+            return await self._push_call(self.shards[0], entries, acks, failed, duplicates)
         by_shard: dict[int, list[Entry]] = defaultdict(list)
         for e in entries:
             by_shard[self.shard_index(e.host)].append(e)
@@ -347,9 +358,9 @@ class Frontier:
         for i, es in by_shard.items():
             acks_here = riders if i == single else []
             if self.wait_replicas and later:
-                calls.append(self._push_replicated(self.shards[i], es, acks_here))
+                calls.append(self._push_replicated(self.shards[i], es, acks_here, duplicates))
             else:
-                calls.append(self._push_call(self.shards[i], es, acks_here, []))
+                calls.append(self._push_call(self.shards[i], es, acks_here, [], duplicates))
         added = sum(int(n) for n in await asyncio.gather(*calls))
         for i in by_shard:
             self._shard_due[i] = 0.0

@@ -193,6 +193,28 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_url", f"not a URL: {url!r:.200} ({exc})") from None
 
 
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
+def without_default_port(url: str) -> str:
+    """``url`` without an explicit default port (``http://h:80/p`` -> ``http://h/p``, ``:443``
+    for https): the same resource (RFC 3986 section 6.2.3, scheme-based normalization), which
+    Scrapy's request fingerprint would otherwise tell apart. Any other URL is returned as it is."""
+    scheme, sep, rest = url.partition("://")
+    suffix = _DEFAULT_PORTS.get(scheme)
+    if suffix is None or not sep:
+        return url
+    end = len(rest)
+    for delimiter in "/?#":
+        at = rest.find(delimiter)
+        if at != -1 and at < end:
+            end = at
+    authority = rest[:end]
+    if not authority.endswith(suffix):
+        return url
+    return f"{scheme}://{authority[: -len(suffix)]}{rest[end:]}"
+
+
 def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
     """Turn one ``<spider>:start_urls`` entry into a request.
 

@@ -6,6 +6,12 @@
 - ``/site/<n>``: page n of a binary tree of SITE_PAGES pages (env, default 60), linking to
   pages 2n+1 and 2n+2; answered after SITE_DELAY_MS milliseconds (env, default 0), and then
   logged again as ``<unix time> END <path>``.
+- ``/sbn``: 200; ``/sbn/``: 302 to ``/bn``; ``/bn``: 503 the first time, then 302 to ``/sbn``
+  (a retried request that redirects onto a page crawled already).
+- ``/profile``: 302 to itself with ``Set-Cookie: s=1`` until the request has that cookie, then 200.
+- ``/loop``: 302 to itself, always.
+- ``/ports``: links to ``/pp`` with the server's port written out and without it (on port 80
+  or 443 the same page).
 - anything else: a small HTML page.
 Every request is appended to LOG as ``<unix time> <path>``.
 """
@@ -43,6 +49,17 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/robots.txt":
             robots = os.environ.get("ROBOTS_TXT")
             return self._send(200, robots.encode(), {"Content-Type": "text/plain"}) if robots else self._send(404, b"")
+        if self.path == "/sbn/":
+            return self._send(302, b"", {"Location": "/bn"})
+        if self.path == "/bn":
+            return self._send(503, b"busy") if first else self._send(302, b"", {"Location": "/sbn"})
+        if self.path == "/profile" and "s=1" not in (self.headers.get("Cookie") or ""):
+            return self._send(302, b"", {"Location": "/profile", "Set-Cookie": "s=1; Path=/"})
+        if self.path == "/loop":
+            return self._send(302, b"", {"Location": "/loop"})
+        if self.path == "/ports":
+            links = f'<a href="http://{HOST}:{PORT}/pp">explicit</a> <a href="http://{HOST}/pp">implicit</a>'
+            return self._send(200, f"<html><head><title>ports</title></head><body>{links}</body></html>".encode())
         if self.path.startswith("/site/"):
             n = int(self.path.split("/")[2])
             if DELAY:

@@ -42,6 +42,16 @@ def test_push_dedups_across_calls_and_bypasses_for_dont_filter(redis_url):
     assert run(with_frontier(redis_url, go)) == (4, 3)
 
 
+def test_push_reports_the_duplicates_it_dropped_when_asked(redis_url):
+    async def go(f, r):
+        await f.push([entry("a"), entry("b")])
+        duplicates: list = []
+        assert await f.push([entry("a"), entry("c"), entry("b", host="other")], duplicates=duplicates) == 1
+        return duplicates
+
+    assert run(with_frontier(redis_url, go)) == ['{"url":"a"}', '{"url":"b"}']  # by fingerprint, whatever the host
+
+
 def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
     async def go(f, r):
         await f.push([entry("a"), entry("b")])

@@ -73,3 +73,70 @@ def test_retries_back_off_honour_retry_after_and_end_in_dead_letters(flaky, star
     assert record["request"]["url"] == f"{base}/always500/a"
     assert worker.stat("frontier/failed/retries_exhausted") == 1
     assert not list(redis_client.scan_iter(match="probe:leases:*"))
+
+
+def stored_pages(db: Path) -> list[tuple[str, str]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute("SELECT url, final_url FROM pages").fetchall())
+
+
+def redirect_worker(start_worker, redis_url, tmp_path):
+    return start_worker(
+        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "RETRY_BACKOFF_BASE": "0.2", "LOG_LEVEL": "DEBUG", "SQLITE_PATH": str(tmp_path / "pages.sqlite3")},
+        env={"REDIS_URL": redis_url},
+    )
+
+
+def test_a_retried_redirect_onto_a_crawled_page_is_not_fetched_again(flaky, start_worker, redis_url, redis_client, tmp_path):
+    """``/sbn/`` redirects to ``/bn``, which fails once (503) and, retried, redirects to
+    ``/sbn``, crawled already: the retry's ``dont_filter`` is not carried onto its redirect, so
+    ``/sbn`` is fetched once and stored once, and the dropped redirect is logged."""
+    base, log = flaky
+    worker = redirect_worker(start_worker, redis_url, tmp_path)
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{base}/sbn", f"{base}/sbn/")
+    assert worker.wait() == 0, worker.output[-3000:]
+    paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    assert paths.count("/sbn") == 1 and paths.count("/bn") == 2 and paths.count("/sbn/") == 1, paths
+    assert stored_pages(tmp_path / "pages.sqlite3") == [(f"{base}/sbn", f"{base}/sbn")]
+    assert f"Filtered duplicate request: <GET {base}/sbn>" in worker.output
+    assert worker.stat("dupefilter/filtered") == 1
+    assert not list(redis_client.scan_iter(match="site:leases:*"))
+
+
+def test_a_page_redirecting_to_itself_is_followed_once(flaky, start_worker, redis_url, redis_client, tmp_path):
+    """``/profile`` sets a cookie and redirects to itself: followed once, then 200 and stored.
+    ``/loop`` redirects to itself forever: followed once, then dropped as a duplicate."""
+    base, log = flaky
+    worker = redirect_worker(start_worker, redis_url, tmp_path)
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{base}/profile", f"{base}/loop")
+    assert worker.wait() == 0, worker.output[-3000:]
+    paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    assert paths.count("/profile") == 2 and paths.count("/loop") == 2, paths
+    assert stored_pages(tmp_path / "pages.sqlite3") == [(f"{base}/profile", f"{base}/profile")]
+    assert f"Filtered duplicate request: <GET {base}/loop>" in worker.output
+
+
+def test_default_ports_collapse(tmp_path, start_worker, redis_url, redis_client):
+    """``http://host/pp`` and ``http://host:80/pp`` are one page: fetched once, stored once under
+    the URL without the port, one robots.txt (RFC 3986 section 6.2.3)."""
+    host, log = "127.0.0.37", tmp_path / "port80.log"
+    proc = subprocess.Popen([sys.executable, str(HERE / "flaky_server.py"), host, "80", str(log)], stderr=subprocess.PIPE)
+    try:
+        try:
+            wait_port(host, 80, timeout=5)
+        except RuntimeError:
+            pytest.skip(f"cannot serve on {host}:80 (not root, or the port is taken): {proc.stderr.read1().decode()[-300:] if proc.poll() is not None else ''}")
+        worker = redirect_worker(start_worker, redis_url, tmp_path)
+        worker.wait_for("Joined the crawl")
+        redis_client.lpush("site:start_urls", f"http://{host}:80/ports")
+        assert worker.wait() == 0, worker.output[-3000:]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    assert sorted(paths) == ["/ports", "/pp", "/robots.txt"], paths
+    assert stored_pages(tmp_path / "pages.sqlite3") == [(f"http://{host}/ports", f"http://{host}/ports"), (f"http://{host}/pp", f"http://{host}/pp")]

@@ -13,22 +13,24 @@
 --     fingerprint's int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
 --   n_ack_groups x (host ('' for start URLs' leases, '?' when unknown: each lease's own is read),
 --     k, then k lease fields);
---   n_failed x dead-letter entry (JSON), then the last seven:
+--   n_failed x dead-letter entry (JSON), then the last eight:
 --   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
 --   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom
---   error rate, concurrency cap per host (0 = none)
+--   error rate, concurrency cap per host (0 = none), report duplicates (1/0)
 -- Per group one RPUSH of its new requests and, per host acknowledged, one HDEL and one HINCRBY
 -- of its in-flight count; the acknowledgement that takes a host below its cap brings it back
 -- in the hosts index now (frontier_lease parked it).
 -- The time (a new host's due time, the recrawl age) is the server's (redis_time).
--- Returns how many requests were queued.
+-- Returns how many requests were queued; with report 1, {queued, then the ARGV index of each
+-- duplicate's payload} (the caller logs them: Scrapy's dupefilter log, DUPEFILTER_DEBUG).
 --! include redis_time
 --! include frontier_queue
 local prefix = ARGV[1]
 local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
-local pprefix, BITS = ARGV[#ARGV - 6], ARGV[#ARGV - 5]
-local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 4], tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2]), tonumber(ARGV[#ARGV - 1])
-local CAP = tonumber(ARGV[#ARGV])
+local pprefix, BITS = ARGV[#ARGV - 7], ARGV[#ARGV - 6]
+local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 5], tonumber(ARGV[#ARGV - 4]), tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
+local CAP = tonumber(ARGV[#ARGV - 1])
+local duplicates = ARGV[#ARGV] == '1' and {} or nil
 local NOW = redis_now_ms()
 local now = NOW
 --! include dupefilter_seen
@@ -42,7 +44,11 @@ for _ = 1, ng do
   local new = {}
   for _ = 1, k do
     local a = ARGV[i]
-    if a == '' or (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then new[#new + 1] = ARGV[i + 2] end
+    if a == '' or (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then
+      new[#new + 1] = ARGV[i + 2]
+    elseif duplicates then
+      duplicates[#duplicates + 1] = i + 2
+    end
     i = i + 3
   end
   if #new > 0 then
@@ -79,5 +85,9 @@ end
 for _ = 1, nf do
   redis.call('LPUSH', KEYS[4], ARGV[i])
   i = i + 1
+end
+if duplicates then
+  table.insert(duplicates, 1, added)
+  return duplicates
 end
 return added

@@ -15,6 +15,7 @@ its items went through every pipeline (the storage pipeline returns only once th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -47,9 +48,9 @@ from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
 from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
 from scrapy_frontier.politeness import sync_rates
-from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, LeaseBook
+from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
-from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json
+from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -75,6 +76,15 @@ _REDIS_ERRORS = (
 _PUSH_BATCH = 1000
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
+
+
+def _payload_request(payload: str | bytes) -> str:
+    """``<METHOD url>`` of a queued request's payload, as Scrapy writes a request in its log."""
+    try:
+        data = json.loads(payload)
+        return f"<{data.get('method', 'GET')} {data['url']}>"
+    except (ValueError, TypeError, KeyError):
+        return repr(payload[:200])
 
 
 class FrontierScheduler(BaseScheduler):
@@ -308,13 +318,26 @@ class FrontierScheduler(BaseScheduler):
         """Buffer ``request`` for the frontier: ``"queued"``, ``"duplicate"`` (this worker queued
         it already) or ``"refused"`` (it cannot be serialized; logged and counted)."""
         assert self.spider is not None
-        self.leases.replaced(request)
-        fingerprint = ""
-        digest = b""
+        replaced = self.leases.replaced(request)
+        url = without_default_port(request.url)
+        if url != request.url:
+            request = request.replace(url=url)
+        dedup = not request.dont_filter
+        if replaced == "redirect":
+            if request.meta.pop(RETRY_DONT_FILTER_META, False):
+                # dont_filter came from a retry of the redirecting request, not from the spider
+                request.dont_filter = False
+                dedup = True
+            redirects = [without_default_port(u) for u in request.meta.get("redirect_urls") or ()]
+            if dedup and redirects[-1:] == [url] and redirects.count(url) == 1:
+                # A page redirecting to itself (to set a cookie, say) is followed once.
+                dedup = False
         # The spider's own start requests (Scrapy's start spider middleware marks them) have
         # dont_filter, and every worker yields them: the crawl fetches each page once all the
         # same, as a start request or as a link found in a page, so they are deduplicated too.
-        if not request.dont_filter or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
+        fingerprint = ""
+        digest = b""
+        if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
             digest = self.crawler.request_fingerprinter.fingerprint(request)
             if self.local_seen_max and digest in self._seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
@@ -341,6 +364,9 @@ class FrontierScheduler(BaseScheduler):
         """A request dropped as a duplicate: counted, and logged as Scrapy's dupefilter does
         (the first one, or each with ``DUPEFILTER_DEBUG``)."""
         self.stats.inc_value("dupefilter/filtered")
+        self._log_filtered(request)
+
+    def _log_filtered(self, request: Request | str) -> None:
         if self.dupefilter_debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
         elif self._log_duplicates:
@@ -462,7 +488,8 @@ class FrontierScheduler(BaseScheduler):
             last = len(entries) == len(self._to_push)
             acks = to_ack[:] if last else []
             failed = to_fail[:] if last else []
-            added = await self.frontier.push(entries, acks, failed)
+            duplicates: list[Any] | None = [] if entries and (self.dupefilter_debug or self._log_duplicates) else None
+            added = await self.frontier.push(entries, acks, failed, duplicates)
             if self.frontier.wait_short > self._wait_short_seen:
                 if not self._wait_short_seen:
                     logger.warning("WAIT saw fewer than %d replica(s) within %.1fs; acknowledging anyway (a failover now may lose those pushes)", self.frontier.wait_replicas, self.wait_timeout)
@@ -473,6 +500,8 @@ class FrontierScheduler(BaseScheduler):
             del to_fail[: len(failed)]
             if entries:
                 self.stats.inc_value("dupefilter/filtered", len(entries) - added)
+                for payload in duplicates or ():
+                    self._log_filtered(_payload_request(payload))
                 self.stats.inc_value("frontier/queued", added)
                 if added:
                     self._next_poll = 0.0

@@ -33,6 +33,8 @@ logger = logging.getLogger(__name__)
 LEASE_META = "_frontier_lease"
 #: Request meta key: set by the retry middleware or a callback error, the request failed for good.
 FAILED_META = "_frontier_failed"
+#: Request meta key (kept in the frontier): ``dont_filter`` was set by a retry, not by the spider.
+RETRY_DONT_FILTER_META = "dont_filter_by_retry"
 
 
 @dataclass
@@ -87,19 +89,34 @@ class LeaseBook:
         self.to_ack.append(payload)
         self.stats.inc_value("frontier/acked")
 
-    def replaced(self, request: Request) -> None:
+    def replaced(self, request: Request) -> str | None:
         """``request`` is being queued: when it is a retry or a redirect of a leased request (made
         by a downloader middleware, so meta is copied and ``retry_times`` or ``redirect_times``
-        moved on), the parent's lease ends here."""
+        moved on), the parent's lease ends here. Returns ``"redirect"``, ``"retry"`` (which the
+        parent was replaced by) or ``None``.
+
+        A retry that sets ``dont_filter`` (Scrapy's ``get_retry_request`` does, so that the same
+        URL passes the dupefilter) on a request that had it off is marked
+        (:data:`RETRY_DONT_FILTER_META`): a redirect of the retry is deduplicated again, since
+        ``dont_filter`` is otherwise copied onto redirects (scrapy#6895) and a page already
+        crawled would be fetched and stored again."""
         parent = request.meta.get(LEASE_META)
         if parent is None:
-            return
+            return None
         lease = self._leases.get(parent)
-        if lease is not None and lease.request is not request and (
-            request.meta.get("retry_times", 0) != lease.retry_times or request.meta.get("redirect_times", 0) != lease.redirect_times
-        ):
-            del self._leases[parent]
-            self.ack(parent)
+        if lease is None or lease.request is request:
+            return None
+        if request.meta.get("redirect_times", 0) != lease.redirect_times:
+            kind = "redirect"
+        elif request.meta.get("retry_times", 0) != lease.retry_times:
+            kind = "retry"
+            if request.dont_filter and not lease.request.dont_filter:
+                request.meta[RETRY_DONT_FILTER_META] = True
+        else:
+            return None
+        del self._leases[parent]
+        self.ack(parent)
+        return kind
 
     def scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
         """Scrapy is done with ``request``'s response or failure ``result``: acknowledge its lease,
