@@ -9,6 +9,8 @@
 - ``/sbn``: 200; ``/sbn/``: 302 to ``/bn``; ``/bn``: 503 the first time, then 302 to ``/sbn``
   (a retried request that redirects onto a page crawled already).
 - ``/profile``: 302 to itself with ``Set-Cookie: s=1`` until the request has that cookie, then 200.
+- ``/huge/<MB>``: an HTML page of that many megabytes (with Content-Length);
+  ``/huge-unsized/<MB>`` the same without it (the body ends when the connection closes).
 - ``/loop``: 302 to itself, always.
 - ``/ports``: links to ``/pp`` with the server's port written out and without it (on port 80
   or 443 the same page).
@@ -55,6 +57,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(503, b"busy") if first else self._send(302, b"", {"Location": "/sbn"})
         if self.path == "/profile" and "s=1" not in (self.headers.get("Cookie") or ""):
             return self._send(302, b"", {"Location": "/profile", "Set-Cookie": "s=1; Path=/"})
+        if self.path.startswith(("/huge/", "/huge-unsized/")):
+            return self._huge(int(self.path.split("/")[2]), sized=self.path.startswith("/huge/"))
         if self.path == "/loop":
             return self._send(302, b"", {"Location": "/loop"})
         if self.path == "/ports":
@@ -71,6 +75,23 @@ class Handler(BaseHTTPRequestHandler):
                 links += f'<a href="/private/{n}">private</a>'
             return self._send(200, f"<html><head><title>page {n}</title></head><body>{links}</body></html>".encode())
         self._send(200, f"<html><head><title>{self.path}</title></head><body><p>ok</p></body></html>".encode())
+
+    def _huge(self, megabytes, sized):
+        chunk = b"<p>" + b"word " * 200 + b"</p>\n"  # about 1 kB
+        count = megabytes * 1024 * 1024 // len(chunk)
+        head, tail = b"<html><head><title>huge</title></head><body>", b"</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        if sized:
+            self.send_header("Content-Length", str(len(head) + count * len(chunk) + len(tail)))
+        self.end_headers()
+        try:
+            self.wfile.write(head)
+            for _ in range(count // 64):
+                self.wfile.write(chunk * 64)
+            self.wfile.write(chunk * (count % 64) + tail)
+        except OSError:
+            pass  # the crawler cancelled the download
 
     def _send(self, status, body, headers=None):
         self.send_response(status)

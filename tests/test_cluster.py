@@ -412,6 +412,7 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         # a dead letter back in its host's shard
         record = json.dumps({"reason": "retries_exhausted", "request": {"url": "http://127.1.2.3/x", "meta": {"retry_times": 2}}})
         client.lpush(k.failed, record)
+        assert json.loads(run(["status", "site", "--json"], env).stdout)["frontier"]["queued"] == 0  # counted: each shard keeps its count now
         requeued = run(["requeue", "site", "--json"], env)
         assert requeued.returncode == 0, requeued.stderr
         assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}

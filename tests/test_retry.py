@@ -140,3 +140,24 @@ def test_default_ports_collapse(tmp_path, start_worker, redis_url, redis_client)
     paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
     assert sorted(paths) == ["/ports", "/pp", "/robots.txt"], paths
     assert stored_pages(tmp_path / "pages.sqlite3") == [(f"http://{host}/ports", f"http://{host}/ports"), (f"http://{host}/pp", f"http://{host}/pp")]
+
+
+def test_a_page_over_the_size_limit_is_a_dead_letter_and_memory_stays_bounded(flaky, start_worker, redis_url, redis_client, tmp_path):
+    """The project's DOWNLOAD_MAXSIZE (8 MiB) stops a 50 MB page early, whether or not it says its
+    size: kept as a dead letter with the reason, the worker's peak memory far below the page."""
+    base, log = flaky
+    worker = start_worker(
+        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "RETRY_BACKOFF_BASE": "0.2", "SQLITE_PATH": str(tmp_path / "pages.sqlite3"), "MEMUSAGE_CHECK_INTERVAL_SECONDS": "1"},
+        env={"REDIS_URL": redis_url},
+    )
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{base}/huge/50", f"{base}/huge-unsized/50", f"{base}/ok")
+    assert worker.wait() == 0, worker.output[-3000:]
+    failed = sorted((json.loads(r) for r in redis_client.lrange("site:requests:failed", 0, -1)), key=lambda r: r["url"])
+    assert [r["url"] for r in failed] == [f"{base}/huge-unsized/50", f"{base}/huge/50"], failed
+    for record in failed:
+        assert record["reason"] == "too_large" and "download max size (8388608" in record["exception"], record
+    assert stored_pages(tmp_path / "pages.sqlite3") == [(f"{base}/ok", f"{base}/ok")]
+    peak = worker.stat("memusage/max")
+    print(f"FIGURES worker peak RSS with two 50 MB pages refused: {peak / 2**20:.0f} MiB")
+    assert peak < 250 * 2**20

@@ -76,20 +76,20 @@ class Command(RedisCommand):
 
 def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
     """Requeue into a sharded crawl, whose queues are in other hash slots than the dead-letter
-    list: each request is queued in its host's shard first, then its record removed from the
-    list. A requeue cut off between the two leaves the record, requeued again next time (the
-    request may then be fetched twice, never lost); so may two concurrent requeues."""
-    seconds, micros = client.time()
-    now = seconds * 1000 + micros // 1000
-    requeued = 0
+    list: the requests of each shard are queued by one script call (``lua/requeue_shard.lua``,
+    which keeps the shard's queued count), then their records removed from the list. A requeue
+    cut off between the two leaves the records, requeued again next time (a request may then be
+    fetched twice, never lost); so may two concurrent requeues."""
+    script = client.register_script(source("requeue_shard"))
+    by_shard: dict[str, tuple[Any, list[Any], list[bytes]]] = {}
     for i in range(0, len(args), 4):
         raw, host, score, payload = args[i : i + 4]
         sh = keys.shard_of(host)
-        with client.pipeline(transaction=True) as pipe:
-            # a host's queue (lua/frontier_queue.lua): its priorities, a list per priority
-            pipe.rpush(f"{sh.queue_prefix}{host}#{score}", payload)
-            pipe.zadd(sh.queue_prefix + host, {str(score): score}, nx=True)
-            pipe.zadd(sh.queue, {host: now}, nx=True)
-            pipe.execute()
-        requeued += client.lrem(keys.failed, 1, raw)
+        _, triples, raws = by_shard.setdefault(sh.queue, (sh, [], []))
+        triples += (host, score, payload)
+        raws.append(raw)
+    requeued = 0
+    for sh, triples, raws in by_shard.values():
+        script(keys=[sh.queue], args=[sh.queue_prefix, *triples])
+        requeued += sum(client.lrem(keys.failed, 1, raw) for raw in raws)
     return requeued

@@ -159,7 +159,7 @@ class FrontierScheduler(BaseScheduler):
         self.spider = spider
         settings = self.crawler.settings
         self.keys = Keys.for_spider(settings, spider.name, type(spider))
-        self.leases = LeaseBook(self.keys, self.node_id, self.stats)
+        self.leases = LeaseBook(self.keys, self.node_id, self.stats, self.crawler.settings.getint("DOWNLOAD_MAXSIZE"))
         self.intake = StartUrlIntake(spider, self.stats, self.node_id, self.start_max_bytes)
         batch = getattr(type(spider), "redis_batch_size", None)
         if batch:
@@ -204,7 +204,7 @@ class FrontierScheduler(BaseScheduler):
             # retries on the new master): a link it queued then must reach the shared dupefilter
             # again when its page is crawled again, not stop at this worker's first look.
             self.local_seen_max = 0
-        self.leases = LeaseBook(self.keys, self.node_id, self.stats)
+        self.leases = LeaseBook(self.keys, self.node_id, self.stats, self.crawler.settings.getint("DOWNLOAD_MAXSIZE"))
         self.dead = DeadLetters(client, settings.get("DEAD_LETTER_DIR", "."))
         self.frontier = Frontier(
             client,

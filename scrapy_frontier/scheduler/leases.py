@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from twisted.python.failure import Failure
 
 if TYPE_CHECKING:
@@ -58,10 +58,12 @@ class LeaseBook:
     """The leases of one worker, and what to send to Redis about them at the next flush:
     :attr:`to_ack` (lease payloads) and :attr:`to_fail` (dead-letter records, JSON text)."""
 
-    def __init__(self, keys: Keys, node_id: str, stats: StatsCollector) -> None:
+    def __init__(self, keys: Keys, node_id: str, stats: StatsCollector, maxsize: int = 0) -> None:
         self.keys = keys
         self.node_id = node_id
         self.stats = stats
+        #: DOWNLOAD_MAXSIZE (bytes), named in the dead letter of a download it cancelled
+        self.maxsize = maxsize
         self._leases: dict[bytes, _Lease] = {}
         self.to_ack: list[bytes] = []
         self.to_fail: list[str] = []
@@ -126,11 +128,24 @@ class LeaseBook:
             return passthrough
         failed = request.meta.get(FAILED_META)
         if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):
-            failed = failure_record("download_error", result)
+            if result.check(DownloadCancelledError):
+                failed = self._cancelled(result, request)
+            else:
+                failed = failure_record("download_error", result)
         if failed is not None:
             self._dead_letter(payload, request, failed)
         self.ack(payload)
         return passthrough
+
+    def _cancelled(self, failure: Failure, request: Request) -> dict[str, str]:
+        """The dead letter of a download Scrapy cancelled: its body was over ``DOWNLOAD_MAXSIZE``
+        (``download_maxsize`` in meta), said by its Content-Length or seen as it arrived (Scrapy's
+        HTTP handler cancels then without a message: the reason is given here)."""
+        record = failure_record("too_large", failure)
+        if not failure.getErrorMessage():
+            maxsize = request.meta.get("download_maxsize", self.maxsize)
+            record["exception"] = f"DownloadCancelledError: body larger than the download max size ({maxsize} bytes, DOWNLOAD_MAXSIZE)"
+        return record
 
     def callback_failed(self, failure: Failure, request: Request | None) -> None:
         """The spider's callback raised for ``request``: it fails for good when Scrapy is done with it."""
