@@ -16,6 +16,8 @@ done only when its items are durable. A lost connection is retried with backoff 
 the batch; after ``STORAGE_RETRY_TIMEOUT`` seconds the batch is kept in ``<spider>:items:pending``
 (Redis) or ``<spider>.items.pending.jl``. A row the server refuses (e.g. MySQL error 1406, data
 too long) is kept in ``<spider>:items:invalid`` and does not take the rest of its batch with it.
+A connection the server closed while idle is opened again quietly, and a table dropped during
+the crawl is created again (:mod:`scrapy_frontier.storage.backends`).
 """
 
 from __future__ import annotations
