@@ -331,9 +331,11 @@ def throwaway_redis(tmp_path):
 
 
 class MariaDB:
-    """A throwaway mariadbd with its own datadir on a free port (no grant tables: any user)."""
+    """A throwaway mariadbd with its own datadir on a free port (no grant tables: any user);
+    ``options`` are more mariadbd arguments (``--wait-timeout=3``)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *options: str) -> None:
+        self.options = options
         self.datadir = root / "data"
         self.port = free_port()
         self.log = root / "mariadbd.log"
@@ -354,7 +356,7 @@ class MariaDB:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--socket={self.datadir}/mysqld.sock", "--user=root", "--skip-grant-tables", "--skip-log-bin"],
+             f"--socket={self.datadir}/mysqld.sock", "--user=root", "--skip-grant-tables", "--skip-log-bin", *self.options],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
         )

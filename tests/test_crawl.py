@@ -191,6 +191,8 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
         ({"VALIDATION_ENABLED": "maybe"}, "VALIDATION_ENABLED"),
         ({"STORAGE_BATCH_SIZE": "0"}, "STORAGE_BATCH_SIZE"),
         ({"MAX_IDLE_TIME_BEFORE_CLOSE": "-1"}, "MAX_IDLE_TIME_BEFORE_CLOSE"),
+        # Scrapy's scraper would run a callback's output through no task: every item and link lost.
+        ({"CONCURRENT_ITEMS": "0"}, "CONCURRENT_ITEMS"),
     ],
 )
 def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):

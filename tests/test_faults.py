@@ -1,5 +1,5 @@
-"""At-least-once under faults: killed workers, a restarted Redis, a stopped MySQL, SIGTERM, and
-URLs that fail for good. Real processes, real servers; each test prints its figures (run with
+"""At-least-once under faults: killed workers, a restarted Redis, a stopped MySQL, SIGTERM,
+URLs that fail for good, a MySQL connection closed while idle and a table dropped mid-crawl. Real processes, real servers; each test prints its figures (run with
 ``-s`` to see them): pages expected, stored, duplicates (rows; fetches beyond one per URL),
 leases left, pending items left."""
 
@@ -240,3 +240,70 @@ def flaky_site(tmp_path):
     yield f"http://{host}:{port}", log
     proc.terminate()
     proc.wait(10)
+
+
+def probe_worker(start_worker, redis_url: str, mysql_url: str):
+    """A distributed ``probe`` worker on ``mysql_url`` that stays up while the crawl is idle;
+    each start URL pushed gives one document in the table ``items``."""
+    settings = {"SPIDER_MODULES": "tests.spiders", "MAX_IDLE_TIME_BEFORE_CLOSE": "60"}
+    worker = start_worker("probe", settings=settings, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url})
+    worker.wait_for("Joined the crawl")
+    return worker
+
+
+def wait_rows(query, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if query("SELECT COUNT(*) FROM items")[0][0] >= count:
+                return
+        except Exception:  # the table is not there (yet, or any more)
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {count} rows in items after {timeout}s")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def short_wait_mariadb(tmp_path):
+    """A throwaway mariadbd that closes a connection idle for 3 s (``wait_timeout``)."""
+    from tests.conftest import MariaDB
+
+    db = MariaDB(tmp_path / "mariadb", "--wait-timeout=3")
+    yield db
+    db.stop()
+
+
+def test_an_idle_connection_the_server_closed_is_reopened_quietly(docs_site, start_worker, redis_url, redis_client, short_wait_mariadb):
+    """The server closes the storage connection while the worker is idle (8 s, wait_timeout 3 s):
+    the next item is stored on a new connection, with no error line - that is not an outage."""
+    worker = probe_worker(start_worker, redis_url, short_wait_mariadb.url)
+    redis_client.lpush("probe:start_urls", f"{docs_site.url}index.html")
+    wait_rows(short_wait_mariadb.query, 1)
+    time.sleep(8)
+    redis_client.lpush("probe:start_urls", f"{docs_site.url}glossary.html")
+    wait_rows(short_wait_mariadb.query, 2)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    assert short_wait_mariadb.query("SELECT COUNT(*) FROM items")[0][0] == 2
+    assert " ERROR: " not in worker.output and worker.stat("log_count/ERROR") == 0, worker.output[-3000:]
+    assert worker.stat("storage/retries") == 0 and worker.stat("item_stored_count") == 2
+
+
+def test_a_table_dropped_mid_crawl_is_created_again(docs_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+    """``DROP TABLE items`` while the worker runs: its next batch finds the table missing (MySQL
+    error 1146), creates it again from the schema and is written, with one warning line."""
+    worker = probe_worker(start_worker, redis_url, mysql_url)
+    redis_client.lpush("probe:start_urls", f"{docs_site.url}index.html")
+    wait_rows(mysql_query, 1)
+    mysql_query("DROP TABLE items")
+    redis_client.lpush("probe:start_urls", f"{docs_site.url}glossary.html", f"{docs_site.url}search.html")
+    wait_rows(mysql_query, 2)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    urls = sorted(json.loads(doc)["url"] for (doc,) in mysql_query("SELECT document FROM items"))
+    assert urls == [f"{docs_site.url}glossary.html", f"{docs_site.url}search.html"]
+    assert worker.stat("storage/refused") == 0 and redis_client.llen("probe:items:invalid") == 0
+    assert " ERROR: " not in worker.output, worker.output[-3000:]
+    warnings = [line for line in worker.output.splitlines() if "1146" in line]
+    assert len(warnings) == 1 and " WARNING: " in warnings[0] and "items" in warnings[0], worker.output[-3000:]

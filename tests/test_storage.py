@@ -107,3 +107,25 @@ def test_lost_connection_is_reported_as_retryable(backend, mysql_query):
     # the next call reconnects and the batch goes through
     assert backend.upsert(schema, [page_row("http://h/9")]) == []
     assert mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 1
+
+
+def test_a_dropped_sqlite_table_is_created_again(tmp_path, caplog):
+    """SQLite's ``no such table`` as MySQL's 1146: the table comes back and the batch is written."""
+    import sqlite3
+
+    from scrapy_frontier.storage.backends import SQLiteBackend
+
+    path = tmp_path / "crawl.sqlite3"
+    backend = SQLiteBackend(str(path))
+    backend.connect()
+    schema = schema_of(Page)
+    backend.ensure_table(schema)
+    assert backend.upsert(schema, [page_row("http://h/1")]) == []
+    other = sqlite3.connect(path)
+    other.execute("DROP TABLE pages")
+    other.commit()
+    assert backend.upsert(schema, [page_row("http://h/2"), page_row("http://h/3")]) == []
+    assert sorted(r[0] for r in other.execute("SELECT url FROM pages")) == ["http://h/2", "http://h/3"]
+    assert [r.levelname for r in caplog.records if "is missing" in r.getMessage()] == ["WARNING"]
+    other.close()
+    backend.close()

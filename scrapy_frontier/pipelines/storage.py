@@ -16,6 +16,9 @@ done only when its items are durable. A lost connection is retried with backoff 
 the batch; after ``STORAGE_RETRY_TIMEOUT`` seconds the batch is kept in ``<spider>:items:pending``
 (Redis) or ``<spider>.items.pending.jl``. A row the server refuses (e.g. MySQL error 1406, data
 too long) is kept in ``<spider>:items:invalid`` and does not take the rest of its batch with it.
+A connection the server closed while idle is opened again quietly, and a table dropped during
+the crawl is created again (:mod:`scrapy_frontier.storage.backends`). ``CONCURRENT_ITEMS``
+below 1 stops the crawl at start: Scrapy would drop every item.
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ _Entry = tuple["Schema", Any, tuple[Any, ...], Any, "asyncio.Future[None] | None
 
 #: Seconds between two looks at ``<spider>:items:pending`` while items flow.
 REPLAY_EVERY = 30.0
+#: Scrapy's default ``CONCURRENT_ITEMS`` (scrapy/settings/default_settings.py).
+SCRAPY_CONCURRENT_ITEMS = 100
 #: Most unchanged-item marks kept for items not seen yet (see ``StoragePipeline._on_unchanged``).
 UNCHANGED_MAX = 10_000
 
@@ -74,6 +79,9 @@ UNCHANGED_MAX = 10_000
 class StoragePipeline:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
+        # Scrapy's scraper runs a callback's output through CONCURRENT_ITEMS tasks: with none,
+        # every item (and every link) is dropped without a word. Read whether storage is on or not.
+        read_setting(crawler, "CONCURRENT_ITEMS", int, SCRAPY_CONCURRENT_ITEMS, minimum=1)
         if not read_setting(crawler, "STORAGE_ENABLED", bool, True):
             raise NotConfigured("STORAGE_ENABLED is off")
         self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, minimum=1)

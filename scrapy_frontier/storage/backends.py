@@ -3,11 +3,15 @@ one the settings name (:func:`backend_for`, :func:`storage_target`).
 
 Both are blocking and are only ever called from the storage pipeline's single worker thread.
 Writes are idempotent upserts on the schema's unique key, so a retried batch never duplicates
-a row and a re-crawl updates the row in place.
+a row and a re-crawl updates the row in place. A MySQL connection left unused is pinged before
+its next statement and opened again if the server has closed it (:data:`IDLE_PING`); a table
+found missing (dropped while the crawl runs) is created again from its schema and the batch
+written (:data:`ER_NO_SUCH_TABLE`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -15,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import pymysql
-from pymysql.constants import SERVER_STATUS
+from pymysql.constants import ER, SERVER_STATUS
 from pymysql.converters import escape_string
 
 from scrapy_frontier.config import setting_or_env
@@ -25,6 +29,8 @@ from scrapy_frontier.storage.ddl import mysql_ddl, sqlite_ddl
 
 if TYPE_CHECKING:
     from scrapy_frontier.schema import Schema
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SQLITE_PATH = SETTINGS["SQLITE_PATH"]
 
@@ -45,6 +51,19 @@ NO_ERROR_CODE = 0
 RETRYABLE_MYSQL_ERRORS = frozenset({2003, 2006, 2013, 2014, 2055, 1053, 1927, 1205, 1213, NO_ERROR_CODE})
 
 
+#: MySQL/MariaDB error 1146, ``ER_NO_SUCH_TABLE`` ("Table 'db.t' doesn't exist"): the table was
+#: dropped after the storage pipeline created it. :meth:`MySQLBackend.upsert` creates it again
+#: (``CREATE TABLE IF NOT EXISTS``, :func:`~scrapy_frontier.storage.ddl.mysql_ddl`) and writes
+#: the batch, instead of refusing every row.
+ER_NO_SUCH_TABLE = ER.NO_SUCH_TABLE
+
+#: Seconds a MySQL connection may stay unused before its next statement is preceded by a ping
+#: (``COM_PING``, one round trip). The server closes a connection idle for ``wait_timeout``
+#: seconds (8 hours by default, as little as 1), and so do proxies and firewalls after their own
+#: idle times: a connection found closed is opened again, quietly - that is not an outage.
+#: Batches that follow each other closer than this are not pinged.
+IDLE_PING = 1.0
+
 #: Longest multi-row INSERT the MySQL backend sends, in characters (pymysql's own limit for
 #: ``executemany`` is 1,024,000 bytes): well under the server's ``max_allowed_packet`` (16 MB by
 #: default on MariaDB 10.11, 4 MB on MySQL 5.7) even when every character takes 4 bytes.
@@ -53,6 +72,12 @@ MAX_STATEMENT_CHARS = 512_000
 
 class ConnectionLost(Exception):
     """The database cannot be reached now; the batch is intact and may be retried."""
+
+
+def table_missing(database: str, schema: Schema, error: str, count: int) -> None:
+    """The one warning of a batch that found its table missing (``error``, the server's words)
+    and creates it again from ``schema``, then writes its ``count`` rows."""
+    logger.warning("Table %s is missing in %s (%s): creating it again from its schema and writing the batch of %d items", schema.table, database, error, count)
 
 
 def parse_mysql_url(url: str) -> dict[str, Any]:
@@ -102,6 +127,8 @@ class MySQLBackend:
         self.connect_timeout = connect_timeout
         self.conn: pymysql.connections.Connection | None = None
         self.name = f"MySQL {redact_url(url)}"
+        #: ``time.monotonic()`` when the connection last answered (or was opened).
+        self.used = 0.0
 
     def connect(self) -> None:
         """Connect. Raises :class:`ConfigError` for a wrong password or unknown database (final)
@@ -116,6 +143,7 @@ class MySQLBackend:
                 read_timeout=60,
                 write_timeout=60,
             )
+            self.used = time.monotonic()
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code in (1045, 1044, 1049):  # access denied (user/db), unknown database
@@ -133,14 +161,30 @@ class MySQLBackend:
     def ensure_table(self, schema: Schema) -> None:
         self._run(lambda cur: cur.execute(mysql_ddl(schema)))
 
+    def _revive(self) -> None:
+        """Ping the connection; if the server has closed it (``wait_timeout``, a proxy's idle
+        timeout, a ``KILL``), connect again. Raises :class:`ConnectionLost` (or
+        :class:`ConfigError`) only when that new connection cannot be made: a real outage."""
+        assert self.conn is not None
+        idle = time.monotonic() - self.used
+        try:
+            self.conn.ping()
+            self.used = time.monotonic()
+        except pymysql.err.MySQLError as exc:
+            logger.debug("%s: the connection idle for %.1fs was closed (%s); connecting again", self.name, idle, exc)
+            self.connect()
+
     def _run(self, fn: Any) -> Any:
         if self.conn is None:
             self.connect()
+        elif time.monotonic() - self.used > IDLE_PING:
+            self._revive()
         assert self.conn is not None
         try:
             with self.conn.cursor() as cur:
                 result = fn(cur)
             self.conn.commit()
+            self.used = time.monotonic()
             return result
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError, pymysql.err.InternalError) as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else NO_ERROR_CODE
@@ -154,6 +198,7 @@ class MySQLBackend:
         try:
             if self.conn is not None:
                 self.conn.rollback()
+                self.used = time.monotonic()
         except Exception:
             self.close()
 
@@ -210,8 +255,9 @@ class MySQLBackend:
         ``literals``, if given, holds each row's :meth:`literal` (or ``None``), built beforehand.
 
         Returns ``[(row index, error)]`` for the rows the server refused (they are not written;
-        the others are). Raises :class:`ConnectionLost` when the connection fails: nothing of the
-        batch is committed then, so the whole batch can be retried.
+        the others are). A missing table (:data:`ER_NO_SUCH_TABLE`) is created again and the
+        batch written, with one warning. Raises :class:`ConnectionLost` when the connection
+        fails: nothing of the batch is committed then, so the whole batch can be retried.
         """
         cols = ", ".join(f"`{c}`" for c in schema.columns)
         marks = ", ".join(["%s"] * len(schema.columns))
@@ -219,11 +265,18 @@ class MySQLBackend:
         head = f"INSERT INTO `{schema.table}` ({cols}) VALUES "
         tail = f" ON DUPLICATE KEY UPDATE {updates}"
         sql = f"{head}({marks}){tail}"
-        try:
-            self._run(lambda cur: self._insert_many(cur, head, tail, rows, literals))
-            return []
-        except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError, pymysql.err.ProgrammingError):
-            pass
+        for attempt in (1, 2):
+            try:
+                self._run(lambda cur: self._insert_many(cur, head, tail, rows, literals))
+                return []
+            except pymysql.err.ProgrammingError as exc:
+                if attempt == 1 and exc.args and exc.args[0] == ER_NO_SUCH_TABLE:
+                    table_missing(self.name, schema, f"MySQL error {exc.args[0]}: {exc.args[1] if len(exc.args) > 1 else exc}", len(rows))
+                    self.ensure_table(schema)
+                    continue
+                break
+            except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError):
+                break
         refused = []
         for i, row in enumerate(rows):
             try:
@@ -273,7 +326,8 @@ class SQLiteBackend:
 
     def upsert(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any] | None = None) -> list[tuple[int, str]]:
         """Write ``rows`` in one transaction (``literals`` is ignored); if it fails, one by one.
-        Returns ``[(row index, error)]`` for the rows refused."""
+        Returns ``[(row index, error)]`` for the rows refused. A missing table (``no such
+        table``) is created again and the batch written, with one warning."""
         assert self.conn is not None
         cols = ", ".join(schema.columns)
         marks = ", ".join(["?"] * len(schema.columns))
@@ -282,12 +336,19 @@ class SQLiteBackend:
             f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({', '.join(schema.unique_columns)}) DO UPDATE SET {updates},"
             " updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')"
         )
-        try:
-            with self.conn:
-                self.conn.executemany(sql, rows)
-            return []
-        except sqlite3.Error:
-            pass
+        for attempt in (1, 2):
+            try:
+                with self.conn:
+                    self.conn.executemany(sql, rows)
+                return []
+            except sqlite3.OperationalError as exc:
+                if attempt == 1 and str(exc).startswith("no such table"):
+                    table_missing(self.name, schema, f"SQLite error: {exc}", len(rows))
+                    self.ensure_table(schema)
+                    continue
+                break
+            except sqlite3.Error:
+                break
         refused = []
         for i, row in enumerate(rows):
             try:
