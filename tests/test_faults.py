@@ -71,7 +71,7 @@ def count_or_zero(query) -> int:
 
 def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    slower = {**SLOW, "DOWNLOAD_DELAY": "0.25"}  # a crawl of 20 s or more: time for several kills
+    slower = {**SLOW, "DOWNLOAD_DELAY": "0.5"}  # a crawl of 20 s or more: time for several kills (at 0.25, CI saw it end after 2)
     workers = [start_worker(settings=slower, env=env) for _ in range(3)]
     for w in workers:
         w.wait_for("Joined the crawl")
