@@ -222,3 +222,114 @@ def test_the_documented_redis_cli_recipes_work_on_a_password_protected_redis(thr
         assert done.returncode == 0, done.stderr
         assert "p#ss" not in done.stdout + done.stderr and quote(password, safe="") not in done.stdout + done.stderr
     assert "p#ss" not in worker.output and quote(password, safe="") not in worker.output
+
+
+def read_pty(argv: list[str], env: dict[str, str], seconds: float) -> bytes:
+    """Run ``python -m scrapy argv`` on a pseudo-terminal for ``seconds``, then Ctrl-C (SIGINT);
+    returns what it wrote. Exit status 0 is asserted."""
+    import os
+    import pty
+    import select
+    import signal
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once (nothing of pytest runs here)
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "scrapy", *argv], {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "xterm", **env})
+    out = b""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:
+                    break
+    finally:
+        os.kill(pid, signal.SIGINT)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
+    return out
+
+
+def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, redis_client):
+    redis_client.hset("site:stats", "pages", 3)
+    redis_client.lpush("site:start_urls", "http://a.example/")
+    env = {"REDIS_URL": redis_url}
+    screen = read_pty(["status", "site", "--watch", "0.3"], env, 3)
+    frames = screen.split(b"\x1b[H")[1:]  # cursor home starts each frame
+    assert len(frames) >= 2 and screen.startswith(b"\x1b[H"), screen[:500]
+    for frame in frames[:-1]:
+        assert frame.startswith(b"every 0.3s: scrapy status site"), frame
+        assert b"  progress: 3 pages done, 1 to go (75%)" in frame
+        assert b"1 start URL waiting" in frame and b"\x1b[J" in frame  # the rest of the screen cleared
+
+    # a pipe: the same text appended, no terminal codes
+    proc = subprocess.Popen([sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(2)
+    piped, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "\x1b" not in piped and piped.count("crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n") >= 2, piped
+    # --json, even on a terminal: one object per line, as before
+    lines = read_pty(["status", "site", "--watch", "0.3", "--json"], env, 3).decode().splitlines()
+    assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:-1])
+
+
+def test_command_output_says_one_thing_not_one_things(redis_url, redis_client):
+    env = {"REDIS_URL": redis_url}
+    assert run(["push", "site", "http://a.example/"], env).stdout == "pushed 1 payload, refused 0\n"
+    status = run(["status", "site"], env).stdout
+    assert "1 start URL waiting" in status and "0 pages done" in status
+    redis_client.sadd("scrapy-frontier:crawls", "site")  # as a worker records it
+    assert "site: running, 0 workers, 0 hosts queued, 0 in flight, 1 start URL waiting" in run(["status"], env).stdout
+    redis_client.lpush("site:requests:failed", b"not json", json.dumps({"request": {"url": "http://h/ok"}}))
+    assert run(["requeue", "site"], env).stdout == "requeued 1 request; 1 left in the dead-letter list (1 record that is not a request, left there)\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["status site | true", "status site --json | true", "status | true", "status site --watch 0.1 | head -1", "push site http://a.example/ | true"],
+)
+def test_a_reader_that_stops_early_ends_the_command_quietly(command, redis_url, redis_client):
+    redis_client.sadd("scrapy-frontier:crawls", "site")
+    done = subprocess.run(
+        ["bash", "-c", f'"$PYTHON" -m scrapy {command}; echo "status ${{PIPESTATUS[0]}}" >&2'],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.stderr == "status 0\n"  # no BrokenPipeError, no traceback
+
+
+def test_push_refuses_a_spider_the_project_lacks_with_one_line(redis_url, redis_client):
+    done = run(["push", "nosuch", "http://x/"], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: this project has no spider 'nosuch' (its spiders: modules, site)"]
+    assert not redis_client.exists("nosuch:start_urls")
+
+
+def test_a_refused_payload_is_shown_escaped(redis_url):
+    import os
+
+    raw = b"http://a.example/\xff\x1b[2J\x07" + b"x" * 300
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), '{"url": "http://b.example/", "\\u001b[2J": 1}'],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+    )
+    assert done.returncode == 1
+    out = done.stdout + done.stderr
+    assert b"\x1b" not in out and b"\xff" not in out and b"\x07" not in out and "\ufffd".encode() not in out
+    first = done.stdout.decode().splitlines()[0]
+    assert first.startswith(r"refused b'http://a.example/\xff\x1b[2J\x07xxx") and "... (323 bytes) (not_utf8)" in first, first
+    assert r"unknown keys '\x1b[2J' will be ignored" in done.stderr.decode()
+    as_json = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), "--json"],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+    )
+    assert json.loads(as_json.stdout)["refused"][0]["payload"].startswith("http://a.example/\\xff\x1b[2J")
+
+
+@pytest.mark.parametrize(("pattern", "problem"), [("[", "the '[' at position 0 has no closing ']'"), ("https://h/[!]*", "has no closing ']'"), ("https://h/[z-a]*", "the range z-a is empty"), ("", "it is empty")])
+def test_forget_refuses_a_malformed_pattern(pattern, problem, redis_url):
+    done = run(["forget", "site", "--pattern", pattern], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"error: --pattern {pattern!r} is malformed: ") and problem in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
