@@ -7,12 +7,15 @@ which follows ``MOVED`` and ``ASK`` and retries ``TRYAGAIN``), or a Sentinel-gua
 ``redis+sentinel://[user:password@]host:port[,host:port...]/<master name>[/<db>]``
 (``rediss+sentinel://`` for TLS), through redis-py's ``Sentinel``, which finds the primary
 again after a failover. The password of the URL is the data nodes'; sentinels that need one
-of their own take it from ``REDIS_PARAMS["sentinel_kwargs"]``.
+of their own take it from ``REDIS_PARAMS["sentinel_kwargs"]``. A password is percent-encoded
+(RFC 3986 section 3.2.1); a URL whose unencoded password a parser would split elsewhere is
+refused (:func:`url_problem`), and no URL is shown without :func:`redact_url`.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import weakref
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -45,34 +48,66 @@ class ConfigError(Exception):
     setting and never contains a password."""
 
 
-def redact_url(url: str | None) -> str:
-    """``url`` safe to log: a password (``user:***@``), a lone userinfo of a Redis URL (which
-    redis-cli reads as a password) and query parameters that look secret are replaced by ``***``."""
-    if not url:
-        return repr(url)
+#: How to write a password that holds one of the characters a URL gives a meaning to (RFC 3986
+#: section 3.2.1: the userinfo is percent-encoded).
+PERCENT_ENCODE_HINT = "percent-encode the password ('#' %23, '/' %2F, '?' %3F, '@' %40, '%' %25, '[' %5B, ']' %5D; ':' %3A in a user name)"
+
+#: Query parameters whose value is treated as a secret (``?password=``, ``?auth_token=``, ...).
+_SECRET_WORDS = ("pass", "secret", "token", "key", "auth", "cred")
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be split into user, password, host and path safely, or ``None``: a
+    character of its password that should have been percent-encoded (RFC 3986 section 3.2.1)
+    makes a URL parser take part of the password for the host, the path, the query or the
+    fragment (``redis://:p#ss@host``: the "host" is ``:p``). Never quotes the URL."""
+    if "#" in url:
+        return "it has a '#' (a fragment, or a '#' of the password)"
     try:
         parts = urlsplit(url)
-        host = parts.netloc.rsplit("@", 1)[-1]
-        if parts.password is not None:
-            parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
-        elif parts.username is not None and parts.scheme.startswith(("redis", "unix")):
-            parts = parts._replace(netloc=f"***@{host}")
-        if parts.query:
-            query = [(k, "***" if any(w in k.lower() for w in ("pass", "secret", "token", "key", "auth")) else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
-            parts = parts._replace(query=urlencode(query, safe="*"))
-        return urlunsplit(parts)
     except ValueError:
-        return "<unparsable URL>"
+        return "it cannot be split into host and path (a '[' or ']' of the password?)"
+    if "@" in parts.path or "@" in parts.query:
+        return "it has an '@' after the host (a '/' or '?' of the password?)"
+    if parts.query and any("=" not in piece for piece in parts.query.split("&")):
+        return "a query parameter has no '=' (an '&' of a password?)"
+    return None
+
+
+def redact_url(url: str | None) -> str:
+    """``url`` safe to log: a password (``user:***@``), a lone userinfo of a Redis URL (which
+    redis-cli reads as a password), the values of query parameters from the first that looks
+    secret (``?password=***``) on are replaced by ``***``; a URL that :func:`url_problem` finds
+    malformed is shown as its scheme alone (``redis://***``), since any part of it may be a
+    piece of its password."""
+    if not url:
+        return repr(url)
+    if url_problem(url) is not None:
+        scheme, sep, _ = url.partition("://")
+        return f"{scheme}://***" if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) else "***"
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    if parts.password is not None:
+        parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
+    elif parts.username is not None and parts.scheme.startswith(("redis", "unix")):
+        parts = parts._replace(netloc=f"***@{host}")
+    if parts.query:
+        query, secret = [], False
+        for k, v in parse_qsl(parts.query, keep_blank_values=True):
+            secret = secret or any(w in k.lower() for w in _SECRET_WORDS)
+            query.append((k, "***" if secret else v))
+        parts = parts._replace(query=urlencode(query, safe="*"))
+    return urlunsplit(parts)
 
 
 def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     url = setting_or_env(settings, "REDIS_URL")
     if not url or not isinstance(url, str):
         raise ConfigError("REDIS_URL is not set")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {problem}; {PERCENT_ENCODE_HINT}")
+    parts = urlsplit(url)
     db = parts.path.strip("/")
     if parts.scheme not in ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel"):
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, redis+sentinel or rediss+sentinel")

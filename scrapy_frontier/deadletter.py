@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter
 from scrapy.utils.asyncio import run_in_thread
 
+from scrapy_frontier.wording import plural
+
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
@@ -44,7 +46,7 @@ class DeadLetters:
                 await self.redis.lpush(key, *lines)
                 return
             except Exception as exc:  # keep it on disk rather than lose it
-                logger.error("Could not push %d record(s) to Redis list %s (%s); writing them to %s.jl", len(lines), key, exc, key)
+                logger.error("Could not push %s to Redis list %s (%s); writing them to %s.jl", plural(len(lines), "record"), key, exc, key)
         await run_in_thread(self._append, key, lines)
 
     def _append(self, key: str, lines: list[str]) -> None:

@@ -1,9 +1,12 @@
 """The base of the project's Redis commands: the spider argument, ``--json`` output, a Redis
-client from the project settings, and errors as one line on stderr with exit status 2."""
+client from the project settings, and errors as one line on stderr with exit status 2. Output
+goes through :func:`write_out`: a reader that stops early (``scrapy status site | head``) ends
+the command quietly instead of with a ``BrokenPipeError``."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +28,25 @@ if TYPE_CHECKING:
     import argparse
 
 
+class OutputClosed(Exception):
+    """Standard output was closed by its reader (``| head``): the command stops, quietly."""
+
+
+def write_out(text: str) -> None:
+    """Write ``text`` and a newline to standard output, flushed. Raises :class:`OutputClosed`
+    when the reader has closed the pipe, after pointing standard output at ``/dev/null`` so that
+    Python's flush at exit does not fail again (the recipe of the Python documentation, "Note on
+    SIGPIPE" in :mod:`signal`)."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        raise OutputClosed from None
+
+
 def recorded_shards(client: Any, keys: Keys) -> int:
     """The crawl's recorded shard count; for a crawl not started yet, what its first worker will
     record: none on a single Redis, :data:`~scrapy_frontier.dupefilter.CLUSTER_SHARDS` on a
@@ -42,6 +64,9 @@ class RedisCommand(ScrapyCommand):
     requires_project = True
     requires_crawler_process = False
     default_settings = {"LOG_ENABLED": False}
+    #: Whether the command needs the project to have the spider (``push`` checks payloads with
+    #: it); the others act on any spider's keys, with a warning for a name the project lacks.
+    needs_spider = False
 
     def syntax(self) -> str:
         return "[options] <spider>"
@@ -54,13 +79,6 @@ class RedisCommand(ScrapyCommand):
         if len(args) != 1:
             raise UsageError("give exactly one spider name")
         assert self.settings is not None
-        try:
-            client = sync_redis(self.settings)
-            client.ping()
-        except ConfigError as exc:
-            return self._fail(str(exc))
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         error = crawl_id_error(str(self.settings.get("CRAWL_ID") or "").strip())
         if error:
             return self._fail(error)
@@ -68,25 +86,34 @@ class RedisCommand(ScrapyCommand):
         spidercls = None
         if args[0] in loader.list():
             spidercls = loader.load(args[0])
+        elif self.needs_spider:
+            return self._fail(f"this project has no spider {args[0]!r} (its spiders: {', '.join(sorted(loader.list())) or 'none'})")
         else:
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
+        try:
+            client = sync_redis(self.settings)
+            client.ping()
+        except ConfigError as exc:
+            return self._fail(str(exc))
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)
             keys = keys.with_shards(recorded_shards(client, keys))
             result = self.execute(client, keys, opts)
+            if result is not None:  # None: execute() reported an error, or printed its own output
+                self.emit(result, opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
+        except OutputClosed:
+            return None
         finally:
             client.close()
-        if result is None:  # execute() reported an error, or printed its own output
-            return
-        self.emit(result, opts)
+        return None
 
     def emit(self, result: dict[str, Any], opts: argparse.Namespace) -> None:
-        if opts.json:
-            print(json.dumps(result, ensure_ascii=False), flush=True)
-        else:
-            print(self.describe(result), flush=True)
+        """Print ``result``: one JSON object with ``--json``, else :meth:`describe`'s text."""
+        write_out(json.dumps(result, ensure_ascii=False) if opts.json else self.describe(result))
 
     def _fail(self, message: str) -> None:
         """Report a setup error: one line on stderr, exit status 2 (execute() then returns None)."""

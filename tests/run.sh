@@ -5,13 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Two runs on one machine would share Redis database 13: the second waits for the first.
-exec 9>/tmp/crawler-tests.lock
+# Two runs on one machine would share Redis databases 13-15: the second waits for the first.
+# This shell holds the lock (fd 9) until the run ends and nothing it starts inherits it: main runs
+# with fd 9 closed (bash keeps its own copy close-on-exec), so no server, pytest or test child
+# keeps the lock after a killed run. pytest is this shell's child, not exec'd, and gets SIGTERM
+# if the shell dies (setpriv --pdeathsig), so no run goes on without the lock either.
+lock="${CRAWLER_TESTS_LOCK:-/tmp/crawler-tests.lock}"
+exec 9>"$lock"
 if ! flock -n 9; then
-  echo "tests/run.sh: another test run holds /tmp/crawler-tests.lock; waiting for it"
+  echo "tests/run.sh: another test run holds $lock; waiting for it"
   flock 9
 fi
 
+main() {
 missing=()
 [ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc)
 command -v redis-server >/dev/null || missing+=(redis-server)
@@ -57,4 +63,7 @@ fi
 .venv/bin/ruff check --quiet .
 # Three test processes (pytest-xdist; each its own Redis database, see tests/conftest.py): most tests
 # wait on crawls and servers, so three share two cores well. TEST_WORKERS=0 runs them in this process.
-CI="${CI:-}" exec .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" "$@"
+CI="${CI:-}" setpriv --pdeathsig TERM .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" "$@"
+}
+
+main "$@" 9>&-

@@ -107,3 +107,229 @@ def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, re
     site = [c for c in listing if c["crawl"] == "site"]
     assert site == [{"crawl": "site", "spider": "site", "crawl_id": None, "idle": True, "hosts": 0, "start_urls_waiting": 0, "in_flight": 0, "workers": 0, "seen": after["dupefilter_size"], "requests_failed": 0}]
     assert "site: idle, 0 workers" in run(["status"], {"REDIS_URL": redis_url}).stdout
+
+
+#: Where a password sits in the URLs the tests try, ``{p}`` as written (not percent-encoded).
+URL_SHAPES = [
+    "redis://:{p}@127.0.0.1:6379/0",
+    "redis://user:{p}@127.0.0.1:6379/0",
+    "redis://{p}@127.0.0.1:6379/0",  # redis-cli's lone userinfo: a password
+    "rediss://127.0.0.1:6379/0?password={p}",
+    "redis://127.0.0.1:6379/0?db=0&password={p}&socket_timeout=5",
+    "redis://127.0.0.1:6379/0?auth_token={p}",
+    "redis+sentinel://user:{p}@127.0.0.1:26379,127.0.0.2:26379/mymaster/0",
+    "unix://:{p}@/tmp/redis.sock?db=0",
+    "mysql://crawler:{p}@127.0.0.1:3306/crawl",
+]
+
+
+@pytest.mark.parametrize("char", list("#/?@:[]%&= "))
+def test_redact_url_never_shows_a_password_whatever_the_urls_shape(char):
+    from urllib.parse import quote
+
+    from scrapy_frontier.connection import redact_url
+
+    password = f"QQ1{char}ZZ2"
+    for shape in URL_SHAPES:
+        if char == ":" and shape.startswith("redis://{p}@"):
+            continue  # redis://QQ1:ZZ2@host is the user QQ1 with the password ZZ2
+        shown = redact_url(shape.format(p=password))
+        assert "QQ1" not in shown and "ZZ2" not in shown, (shape, shown)
+        # percent-encoded, the URL is shown whole but for the password
+        encoded = redact_url(shape.format(p=quote(password, safe="")))
+        assert "QQ1" not in encoded and "ZZ2" not in encoded, (shape, encoded)
+        assert "127.0.0.1" in encoded or "/tmp/redis.sock" in encoded, (shape, encoded)
+    assert redact_url(f"redis://default:{quote(password, safe='')}@h:1/0") == "redis://default:***@h:1/0"
+
+
+@pytest.mark.parametrize(
+    ("setting", "url"),
+    [
+        ("REDIS_URL", "redis://:QQ1#ss@w/rdZZ2@127.0.0.1:{port}/0"),  # the issue's shape
+        ("REDIS_URL", "redis://:QQ1/ZZ2@127.0.0.1:{port}/0"),
+        ("REDIS_URL", "redis://:QQ1?ZZ2@127.0.0.1:{port}/0"),
+        ("REDIS_URL", "redis://user:QQ1@#ZZ2@127.0.0.1:{port}/0"),
+        ("REDIS_URL", "redis://:QQ1[ZZ2@127.0.0.1:{port}/0"),
+        ("REDIS_URL", "redis://127.0.0.1:{port}/0?password=QQ1#ZZ2"),
+        ("REDIS_URL", "redis://127.0.0.1:{port}/0?password=QQ1&ZZ2"),
+        ("REDIS_URL", "redis+sentinel://:QQ1#ZZ2@127.0.0.1:{port},127.0.0.1:1/mymaster/0"),
+        ("REDIS_URL", "redis+sentinel://user:QQ1/ZZ2@127.0.0.1:{port}/mymaster"),
+        ("MYSQL_URL", "mysql://crawler:QQ1#ZZ2@127.0.0.1:3306/crawl"),
+        ("MYSQL_URL", "mysql://crawler:QQ1/ZZ2@127.0.0.1:3306/crawl"),
+        ("MYSQL_URL", "mysql://crawler:QQ1?ZZ2@127.0.0.1:3306/crawl"),
+    ],
+)
+def test_a_password_that_is_not_percent_encoded_is_refused_and_never_printed(setting, url, redis_url):
+    env = {"REDIS_URL": redis_url}
+    env[setting] = url.format(port=redis_url.rsplit(":", 1)[1].split("/")[0])
+    done = run(["replay", "site"], env)  # reads both URLs
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()], done.stderr  # one line
+    assert done.stderr.startswith(f"error: {setting} ") and "percent-encode the password" in done.stderr
+    assert "QQ1" not in done.stderr + done.stdout and "ZZ2" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://us:QQ1@ZZ2@127.0.0.1:1/0",  # an '@' of the password in the userinfo: parsed right
+        "redis://:QQ1:ZZ2@127.0.0.1:1/0",
+        "redis://127.0.0.1:1/0?password=QQ1ZZ2&db=0",
+        "redis+sentinel://:QQ1ZZ2@127.0.0.1:1/mymaster",
+    ],
+)
+def test_an_unreachable_redis_is_named_without_its_password(url):
+    done = run(["status", "site"], {"REDIS_URL": url})
+    assert done.returncode == 2 and done.stderr.startswith("error: REDIS_URL redis"), done.stderr
+    assert "QQ1" not in done.stderr and "ZZ2" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_documented_redis_cli_recipes_work_on_a_password_protected_redis(throwaway_redis, start_worker):
+    """README's REDIS_URL and its ``redis-cli -u "$REDIS_URL"`` lines, and operating.md's two
+    recipes, run as written (host and port replaced) against ``redis-server --requirepass`` with
+    the installed redis-cli; the workers and commands take the same URL and never print it whole."""
+    from urllib.parse import quote
+
+    import redis
+
+    password = "p#ss@w/rd"  # operating.md's example
+    server = throwaway_redis(requirepass=password)
+    where = f"127.0.0.1:{server.port}"
+    readme = (ROOT / "README.md").read_text().splitlines()
+    export = next(line for line in readme if line.startswith("export REDIS_URL="))
+    url = export.split("=", 1)[1].split()[0].replace("password", quote(password, safe="")).replace("redis-host:6379", where)
+    env = {"PATH": "/usr/bin:/bin", "REDIS_URL": url}
+
+    from scrapy_frontier.connection import redact_url
+
+    worker = start_worker(settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "1"}, env={"REDIS_URL": url})  # before any start URL
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    assert f"on {redact_url(url)}" in worker.output and ":***@" in redact_url(url)
+    feeds = [line for line in readme if line.startswith('redis-cli -u "$REDIS_URL"')]
+    assert len(feeds) == 2
+    for line in feeds:
+        subprocess.run(["bash", "-c", line], env=env, check=True, capture_output=True, timeout=30)
+    operating = (ROOT / "docs/operating.md").read_text()
+    recipe = operating.split("**redis-cli.**", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert password in recipe and quote(password, safe="") in recipe
+    subprocess.run(["bash", "-ec", recipe.replace("redis-host:6379", where).replace("-h redis-host -p 6379", f"-h 127.0.0.1 -p {server.port}")], env={"PATH": "/usr/bin:/bin"}, check=True, capture_output=True, timeout=30)
+    client = redis.Redis(port=server.port, password=password)
+    assert len(client.lrange("site:start_urls", 0, -1)) == 4  # README's two, operating.md's two
+    client.close()
+
+    for command in (["push", "site", "https://example.com/more"], ["status", "site"]):
+        done = run(command, env)
+        assert done.returncode == 0, done.stderr
+        assert "p#ss" not in done.stdout + done.stderr and quote(password, safe="") not in done.stdout + done.stderr
+    assert "p#ss" not in worker.output and quote(password, safe="") not in worker.output
+
+
+def read_pty(argv: list[str], env: dict[str, str], seconds: float) -> bytes:
+    """Run ``python -m scrapy argv`` on a pseudo-terminal for ``seconds``, then Ctrl-C (SIGINT);
+    returns what it wrote. Exit status 0 is asserted."""
+    import os
+    import pty
+    import select
+    import signal
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec at once (nothing of pytest runs here)
+        os.chdir(ROOT)
+        os.execve(sys.executable, [sys.executable, "-m", "scrapy", *argv], {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "xterm", **env})
+    out = b""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:
+                    break
+    finally:
+        os.kill(pid, signal.SIGINT)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == 0, out[-2000:]
+    return out
+
+
+def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, redis_client):
+    redis_client.hset("site:stats", "pages", 3)
+    redis_client.lpush("site:start_urls", "http://a.example/")
+    env = {"REDIS_URL": redis_url}
+    screen = read_pty(["status", "site", "--watch", "0.3"], env, 3)
+    frames = screen.split(b"\x1b[H")[1:]  # cursor home starts each frame
+    assert len(frames) >= 2 and screen.startswith(b"\x1b[H"), screen[:500]
+    for frame in frames[:-1]:
+        assert frame.startswith(b"every 0.3s: scrapy status site"), frame
+        assert b"  progress: 3 pages done, 1 to go (75%)" in frame
+        assert b"1 start URL waiting" in frame and b"\x1b[J" in frame  # the rest of the screen cleared
+
+    # a pipe: the same text appended, no terminal codes
+    proc = subprocess.Popen([sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    proc.send_signal(2)
+    piped, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "\x1b" not in piped and piped.count("crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n") >= 2, piped
+    # --json, even on a terminal: one object per line, as before
+    lines = read_pty(["status", "site", "--watch", "0.3", "--json"], env, 3).decode().splitlines()
+    assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:-1])
+
+
+def test_command_output_says_one_thing_not_one_things(redis_url, redis_client):
+    env = {"REDIS_URL": redis_url}
+    assert run(["push", "site", "http://a.example/"], env).stdout == "pushed 1 payload, refused 0\n"
+    status = run(["status", "site"], env).stdout
+    assert "1 start URL waiting" in status and "0 pages done" in status
+    redis_client.sadd("scrapy-frontier:crawls", "site")  # as a worker records it
+    assert "site: running, 0 workers, 0 hosts queued, 0 in flight, 1 start URL waiting" in run(["status"], env).stdout
+    redis_client.lpush("site:requests:failed", b"not json", json.dumps({"request": {"url": "http://h/ok"}}))
+    assert run(["requeue", "site"], env).stdout == "requeued 1 request; 1 left in the dead-letter list (1 record that is not a request, left there)\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["status site | true", "status site --json | true", "status | true", "status site --watch 0.1 | head -1", "push site http://a.example/ | true"],
+)
+def test_a_reader_that_stops_early_ends_the_command_quietly(command, redis_url, redis_client):
+    redis_client.sadd("scrapy-frontier:crawls", "site")
+    done = subprocess.run(
+        ["bash", "-c", f'"$PYTHON" -m scrapy {command}; echo "status ${{PIPESTATUS[0]}}" >&2'],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.stderr == "status 0\n"  # no BrokenPipeError, no traceback
+
+
+def test_push_refuses_a_spider_the_project_lacks_with_one_line(redis_url, redis_client):
+    done = run(["push", "nosuch", "http://x/"], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: this project has no spider 'nosuch' (its spiders: modules, site)"]
+    assert not redis_client.exists("nosuch:start_urls")
+
+
+def test_a_refused_payload_is_shown_escaped(redis_url):
+    import os
+
+    raw = b"http://a.example/\xff\x1b[2J\x07" + b"x" * 300
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), '{"url": "http://b.example/", "\\u001b[2J": 1}'],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+    )
+    assert done.returncode == 1
+    out = done.stdout + done.stderr
+    assert b"\x1b" not in out and b"\xff" not in out and b"\x07" not in out and "\ufffd".encode() not in out
+    first = done.stdout.decode().splitlines()[0]
+    assert first.startswith(r"refused b'http://a.example/\xff\x1b[2J\x07xxx") and "... (323 bytes) (not_utf8)" in first, first
+    assert r"unknown keys '\x1b[2J' will be ignored" in done.stderr.decode()
+    as_json = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), "--json"],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+    )
+    assert json.loads(as_json.stdout)["refused"][0]["payload"].startswith("http://a.example/\\xff\x1b[2J")
+
+
+@pytest.mark.parametrize(("pattern", "problem"), [("[", "the '[' at position 0 has no closing ']'"), ("https://h/[!]*", "has no closing ']'"), ("https://h/[z-a]*", "the range z-a is empty"), ("", "it is empty")])
+def test_forget_refuses_a_malformed_pattern(pattern, problem, redis_url):
+    done = run(["forget", "site", "--pattern", pattern], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"error: --pattern {pattern!r} is malformed: ") and problem in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr

@@ -160,6 +160,10 @@ def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, exp
         ({"MYSQL_URL": "mysql://nobody:s3cretpw@127.0.0.1:3306/test"}, "MYSQL_URL"),
         ({"MYSQL_URL": "mysql://root:s3cretpw@127.0.0.1:xx/test"}, "MYSQL_URL"),
         ({"MYSQL_URL": "postgres://u:s3cretpw@h/db"}, "MYSQL_URL"),
+        # passwords not percent-encoded: the URL parser would take a piece of them for the host
+        ({"REDIS_URL": "redis://:s3cretpw#x@w/rd@127.0.0.1:1/0"}, "REDIS_URL"),
+        ({"REDIS_URL": "redis+sentinel://:s3cretpw/x@127.0.0.1:1/mymaster"}, "REDIS_URL"),
+        ({"MYSQL_URL": "mysql://root:s3cretpw/x@127.0.0.1:3306/test"}, "MYSQL_URL"),
     ],
 )
 def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker, tmp_path):

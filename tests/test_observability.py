@@ -259,3 +259,10 @@ def test_metric_names_are_what_a_worker_exposes():
     # prometheus-client names counter families without _total
     assert {n.removesuffix("_total") for n in METRIC_NAMES} == exposed
     assert len(METRIC_NAMES) == 11
+
+
+def test_the_progress_line_of_a_lone_worker_says_1_worker(start_worker, redis_url):
+    worker = start_worker(settings={"LOGSTATS_INTERVAL": "0.5", "MAX_IDLE_TIME_BEFORE_CLOSE": "2"}, env={"REDIS_URL": redis_url})
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    # Scrapy's own part as Scrapy writes it (log readers parse it), the cluster's in words
+    assert re.search(r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 pages/min\), 0 items stored, 0 queued, 1 worker\n", worker.output), worker.output[-3000:]

@@ -27,6 +27,7 @@ from scrapy_frontier.dupefilter import (
 from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+from scrapy_frontier.wording import payload_text, plural, shown_payload
 
 if TYPE_CHECKING:
     import argparse
@@ -34,6 +35,31 @@ if TYPE_CHECKING:
     import redis
 
     from scrapy_frontier.keys import Keys
+
+
+def glob_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is not a shell-style pattern :mod:`fnmatch` reads as meant, or ``None``:
+    an empty one, a ``[`` without its ``]`` (fnmatch then matches a literal ``[``, so the
+    pattern silently matches nothing) or an empty range (``[z-a]``). The rules are fnmatch's
+    (``translate``): ``[!...]`` negates, a ``]`` right after ``[`` or ``[!`` is literal."""
+    if not pattern:
+        return "it is empty"
+    i, n = 0, len(pattern)
+    while i < n:
+        c, i = pattern[i], i + 1
+        if c != "[":
+            continue
+        j = i + (i < n and pattern[i] == "!")
+        j += j < n and pattern[j] == "]"
+        j = pattern.find("]", j)
+        if j < 0:
+            return f"the '[' at position {i - 1} has no closing ']' (a literal '[' is written [[])"
+        body = pattern[i:j].removeprefix("!")
+        for k in range(1, len(body) - 1):
+            if body[k] == "-" and body[k - 1] > body[k + 1]:
+                return f"the range {body[k - 1]}-{body[k + 1]} is empty"
+        i = j + 1
+    return None
 
 
 class Command(RedisCommand):
@@ -62,6 +88,10 @@ class Command(RedisCommand):
         self._payloads = [a.encode("utf-8", "surrogateescape") for a in args[1:]]
         if not self._payloads and not opts.pattern:
             raise UsageError("no URL or --pattern given")
+        for pattern in opts.pattern:
+            problem = glob_problem(pattern)
+            if problem:
+                return self._fail(f"--pattern {pattern!r} is malformed: {problem}")
         super().run(args[:1], opts)
         if self.exitcode == 0 and self._refused:
             self.exitcode = 1
@@ -91,12 +121,13 @@ class Command(RedisCommand):
             payloads += [url.encode() for url in self._stored_urls(client, keys) if fnmatch.fnmatchcase(url, pattern)]
         fingerprints: dict[str, bytes] = {}
         shard_of: dict[str, int] = {}
-        self._refused = []
+        self._refused, self._shown = [], []
         for raw in payloads:
             try:
                 request, _ = parse_start_payload(raw, spider, max_bytes)
             except RequestRefused as exc:
-                self._refused.append({"payload": raw[:200].decode("utf-8", "replace"), "reason": exc.reason, "detail": str(exc)})
+                self._refused.append({"payload": payload_text(raw), "reason": exc.reason, "detail": str(exc)})
+                self._shown.append(shown_payload(raw))
                 continue
             fingerprints.setdefault(fingerprinter.fingerprint(request).hex(), raw)
             shard_of.setdefault(fingerprinter.fingerprint(request).hex(), keys.shard_of(slot_of(urlparse_cached(request).hostname)).index)
@@ -112,7 +143,7 @@ class Command(RedisCommand):
             "known": known if layout != "bloom" else None,
             "layout": layout,
             "pushed": len(fingerprints) if opts.push else 0,
-            "urls": [raw.decode("utf-8", "replace") for raw in fingerprints.values()],
+            "urls": [raw.decode("utf-8", "backslashreplace") for raw in fingerprints.values()],
             "refused": self._refused,
         }
 
@@ -137,7 +168,7 @@ class Command(RedisCommand):
         return urls
 
     def describe(self, result: dict[str, Any]) -> str:
-        lines = [f"refused {r['payload']!r} ({r['reason']}): {r['detail']}" for r in result["refused"]]
-        known = "" if result["known"] is None else f" ({result['known']} were in it)"
-        lines.append(f"forgot {result['forgotten']} URLs in the {result['layout']} dupefilter{known}; pushed {result['pushed']}")
+        lines = [f"refused {shown} ({r['reason']}): {r['detail']}" for shown, r in zip(self._shown, result["refused"])]
+        known = "" if result["known"] is None else f" ({result['known']} {'was' if result['known'] == 1 else 'were'} in it)"
+        lines.append(f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed {result['pushed']}")
         return "\n".join(lines)

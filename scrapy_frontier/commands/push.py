@@ -11,6 +11,7 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy_frontier.defaults import START_URLS_MAX_BYTES
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+from scrapy_frontier.wording import payload_text, plural, shown_payload
 
 if TYPE_CHECKING:
     import argparse
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 
 class Command(RedisCommand):
+    needs_spider = True
+
     def syntax(self) -> str:
         return "[options] <spider> [URL or JSON payload ...]"
 
@@ -47,25 +50,24 @@ class Command(RedisCommand):
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
-        try:
-            spider = get_spider_loader(self.settings).load(keys.spider)()
-        except KeyError:
-            return self._fail(f"no spider {keys.spider!r} in this project")
+        spider = get_spider_loader(self.settings).load(keys.spider)()  # there is one: needs_spider
         max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
-        good, self._refused = [], []
+        good: list[bytes] = []
+        self._refused, self._shown = [], []
         for raw in self._payloads:
             try:
                 request, unknown = parse_start_payload(raw, spider, max_bytes)
             except RequestRefused as exc:
-                self._refused.append({"payload": raw[:200].decode("utf-8", "replace"), "reason": exc.reason, "detail": str(exc)})
+                self._refused.append({"payload": payload_text(raw), "reason": exc.reason, "detail": str(exc)})
+                self._shown.append(shown_payload(raw))
                 continue
             good.append(raw)
             if unknown:
-                print(f"warning: {request.url}: unknown keys {', '.join(unknown)} will be ignored", file=sys.stderr)
+                print(f"warning: {request.url}: unknown keys {', '.join(map(repr, unknown))} will be ignored", file=sys.stderr)
         self.push_start_urls(client, keys, good)
         return {"pushed": len(good), "refused": self._refused}
 
     def describe(self, result: dict[str, Any]) -> str:
-        lines = [f"refused {r['payload']!r} ({r['reason']}): {r['detail']}" for r in result["refused"]]
-        lines.append(f"pushed {result['pushed']} payloads, refused {len(result['refused'])}")
+        lines = [f"refused {shown} ({r['reason']}): {r['detail']}" for shown, r in zip(self._shown, result["refused"])]
+        lines.append(f"pushed {plural(result['pushed'], 'payload')}, refused {len(result['refused'])}")
         return "\n".join(lines)

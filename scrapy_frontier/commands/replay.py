@@ -17,6 +17,7 @@ from scrapy_frontier.schema import SchemaError
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
 from scrapy_frontier.storage.replay import replay_pending
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     import argparse
@@ -52,8 +53,8 @@ class Command(RedisCommand):
             if backend is not None:
                 backend.close()
         for problem, count in problems.most_common():
-            print(f"refused {count} record(s): {problem}", file=sys.stderr)
+            print(f"refused {plural(count, 'record')}: {problem}", file=sys.stderr)
         return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
 
     def describe(self, result: dict[str, Any]) -> str:
-        return f"wrote {result['written']} items; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"
+        return f"wrote {plural(result['written'], 'item')}; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"

@@ -12,6 +12,7 @@ from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import check_url
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     import argparse
@@ -68,9 +69,9 @@ class Command(RedisCommand):
         return {"requeued": requeued, "unreadable": skipped, "left": client.llen(keys.failed)}
 
     def describe(self, result: dict[str, Any]) -> str:
-        text = f"requeued {result['requeued']} requests; {result['left']} left in the dead-letter list"
+        text = f"requeued {plural(result['requeued'], 'request')}; {result['left']} left in the dead-letter list"
         if result["unreadable"]:
-            text += f" ({result['unreadable']} records that are not requests left there)"
+            text += f" ({plural(result['unreadable'], 'record')} that {'is not a request' if result['unreadable'] == 1 else 'are not requests'}, left there)"
         return text
 
 

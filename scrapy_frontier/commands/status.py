@@ -1,9 +1,13 @@
 """``scrapy status [<spider>]``: the state of a distributed crawl, read from Redis; without a
-spider, every crawl recorded in this Redis database (``scrapy-frontier:crawls``), one line each."""
+spider, every crawl recorded in this Redis database (``scrapy-frontier:crawls``), one line each.
+``--watch SECONDS`` reads it again every SECONDS: redrawn in place on a terminal (as ``watch``
+does), appended otherwise (a pipe, a file) and with ``--json`` (one object per line)."""
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +23,8 @@ from scrapy_frontier.connection import (
 )
 from scrapy_frontier.frontier import read_status
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
-from scrapy_frontier.redis_command import RedisCommand, recorded_shards
+from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     import argparse
@@ -126,14 +131,20 @@ class Command(RedisCommand):
             return self._fail(str(exc))
         except redis_module.exceptions.RedisError as exc:
             return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
-        if opts.json:
-            print(json.dumps({"crawls": crawls}, ensure_ascii=False), flush=True)
-            return None
-        if not crawls:
-            print("no crawl recorded in this Redis database", flush=True)
-        for c in crawls:
-            state = "idle" if c["idle"] else "running"
-            print(f"{c['crawl']}: {state}, {c['workers']} workers, {c['hosts']} hosts queued, {c['in_flight']} in flight, {c['start_urls_waiting']} start URLs waiting, {c['seen']} seen, {c['requests_failed']} failed", flush=True)
+        try:
+            if opts.json:
+                write_out(json.dumps({"crawls": crawls}, ensure_ascii=False))
+                return None
+            if not crawls:
+                write_out("no crawl recorded in this Redis database")
+            for c in crawls:
+                state = "idle" if c["idle"] else "running"
+                write_out(
+                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, {c['in_flight']} in flight, "
+                    f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, {c['requests_failed']} failed"
+                )
+        except OutputClosed:
+            pass
         return None
 
     def short_desc(self) -> str:
@@ -141,7 +152,7 @@ class Command(RedisCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--watch", type=float, metavar="SECONDS", help="print it again every SECONDS until interrupted")
+        parser.add_argument("--watch", type=float, metavar="SECONDS", help="read it again every SECONDS until interrupted (redrawn in place on a terminal)")
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
@@ -149,10 +160,18 @@ class Command(RedisCommand):
         if opts.watch:
             if opts.watch <= 0:
                 return self._fail("--watch needs a positive number of seconds")
+            redraw = not opts.json and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
             try:
                 while True:
                     result = crawl_status(client, keys, start_urls_as_set=as_set)
-                    self.emit(result, opts)
+                    if redraw:
+                        # Cursor home, the new text with each line's old tail cleared, then the rest
+                        # of the screen (ECMA-48 CUP, EL, ED): one write, no blank flash.
+                        header = f"every {opts.watch:g}s: scrapy status {keys.spider}    {time.strftime('%H:%M:%S')} (Ctrl-C stops)"
+                        text = f"{header}\n\n{self.describe(result)}".replace("\n", "\x1b[K\n")
+                        write_out(f"\x1b[H{text}\x1b[K\x1b[J")
+                    else:
+                        self.emit(result, opts)
                     time.sleep(opts.watch)
             except KeyboardInterrupt:
                 return None
@@ -162,13 +181,30 @@ class Command(RedisCommand):
         f, d = result["frontier"], result["dead_letters"]
         lines = [
             f"crawl {result['spider']!r}: {'idle' if result['idle'] else 'running'}",
-            f"  frontier: {f['queued']} queued on {f['hosts']} hosts, {f['in_flight']} in flight, {f['start_urls_waiting']} start URLs waiting",
+            f"  progress: {progress(result)}",
+            f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, {plural(f['start_urls_waiting'], 'start URL')} waiting",
             f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
-            f"  dead letters: {d['requests_failed']} failed requests, {d['start_urls_invalid']} refused start URLs, {d['items_invalid']} invalid items, {d['items_pending']} items pending",
+            f"  dead letters: {plural(d['requests_failed'], 'failed request')}, {plural(d['start_urls_invalid'], 'refused start URL')}, "
+            f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
             "  totals (every worker since the crawl began): " + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
             f"  workers: {len(result['workers'])}",
         ]
         for w in result["workers"]:
             metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
-            lines.append(f"    {w['node']}: {w['pages']} pages ({w['pages_per_min']}/min), {w['items']} items, {w['leases']} leases, last beat {w['last_beat_s']}s ago{metrics}")
+            lines.append(
+                f"    {w['node']}: {plural(w['pages'], 'page')} ({w['pages_per_min']}/min), {plural(w['items'], 'item')}, "
+                f"{plural(w['leases'], 'lease')}, last beat {w['last_beat_s']}s ago{metrics}"
+            )
         return "\n".join(lines)
+
+
+def progress(result: dict[str, Any]) -> str:
+    """Pages done against pages known to be still to do, e.g. ``80 pages done, 16 to go (83%)``:
+    done is the crawl's ``pages`` total (responses received by every worker since the crawl
+    began, robots.txt included), to go what is queued, in flight or waiting as a start URL. The
+    share grows and falls as parsed pages add links: it is not an estimate of the crawl's end."""
+    f = result["frontier"]
+    done = result["totals"].get("pages", result["pages"])
+    to_go = f["queued"] + f["in_flight"] + f["start_urls_waiting"]
+    share = f" ({100 * done // (done + to_go)}%)" if done + to_go else ""
+    return f"{plural(done, 'page')} done, {to_go} to go{share}"

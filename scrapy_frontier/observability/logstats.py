@@ -24,6 +24,7 @@ from scrapy_frontier.connection import client_failure, describe_error, optional_
 from scrapy_frontier.frontier import Frontier, Status
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     from typing import Self
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCAL = "Crawled %(pages)d pages (at %(pagerate)d pages/min), scraped %(items)d items (at %(itemrate)d items/min)"
-CLUSTER = "; cluster: %(cluster_pages)d pages (at %(cluster_pagerate)d pages/min), %(cluster_items)d items stored, %(queued)d queued, %(workers)d workers"
+#: Scrapy's own LogStats line (LOCAL, kept word for word: log readers parse it), then the cluster's
+#: figures, counted in words (``1 worker``).
+CLUSTER = "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(cluster_items)s stored, %(queued)d queued, %(workers)s"
 
 
 async def read_cluster(frontier: Frontier) -> tuple[Status, int, int]:
@@ -84,7 +87,7 @@ class ClusterLogStats(LogStats):
             return
         prev, self._cluster_prev = self._cluster_prev, pages
         rate = (pages - prev) * self.multiplier if prev is not None else 0
-        cluster = {"cluster_pages": pages, "cluster_pagerate": rate, "cluster_items": stored, "queued": status.depth, "workers": status.nodes}
+        cluster = {"cluster_pages": plural(pages, "page"), "cluster_pagerate": rate, "cluster_items": plural(stored, "item"), "queued": status.depth, "workers": plural(status.nodes, "worker")}
         logger.info(LOCAL + CLUSTER, {**local, **cluster}, extra={"spider": spider})
 
     def spider_closed(self, spider: Spider, reason: str) -> None:

@@ -57,6 +57,7 @@ from scrapy_frontier.signals import item_unchanged, items_stored
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
 from scrapy_frontier.storage.replay import replay_pending
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -185,9 +186,9 @@ class StoragePipeline:
         if written or refused:
             self.stats.inc_value("storage/replayed", written)
             self.stats.inc_value("storage/refused", refused)
-            logger.warning("Replayed %d pending items from %s (%d refused, kept in %s)", written, self.keys.items_pending, refused, self.keys.items_invalid)
+            logger.warning("Replayed %s from %s (%d refused, kept in %s)", plural(written, "pending item"), self.keys.items_pending, refused, self.keys.items_invalid)
             for problem, count in problems.most_common(5):
-                logger.warning("%d pending items refused: %s", count, problem)
+                logger.warning("%s refused: %s", plural(count, "pending item"), problem)
 
     async def _ensure_table(self, schema: Schema) -> None:
         if schema.table not in self._tables:
@@ -267,7 +268,7 @@ class StoragePipeline:
             try:
                 await self._write(batch)
             except Exception as exc:
-                logger.exception("Storage failed for a batch of %d items; keeping them in %s", len(batch), self.keys.items_pending)
+                logger.exception("Storage failed for a batch of %s; keeping them in %s", plural(len(batch), "item"), self.keys.items_pending)
                 await self._spill(batch, f"storage error: {exc}")
             if self._replay_wanted or time.monotonic() > self._next_replay:
                 self._replay_wanted = False
@@ -353,7 +354,7 @@ class StoragePipeline:
         records = [self._pending_record(entry, reason) for entry in entries]
         await self.dead.push(self.keys.items_pending, records)
         self.stats.inc_value("storage/pending", len(records))
-        logger.error("Kept %d items in %s to be replayed later", len(records), self.keys.items_pending)
+        logger.error("Kept %s in %s to be replayed later", plural(len(records), "item"), self.keys.items_pending)
         for *_, done in entries:
             if done is not None and not done.done():
                 done.set_result(None)

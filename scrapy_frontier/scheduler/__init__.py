@@ -51,6 +51,7 @@ from scrapy_frontier.politeness import sync_rates
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -456,7 +457,7 @@ class FrontierScheduler(BaseScheduler):
             self._seen.clear()  # their acknowledgements were lost: so perhaps their children
             returned = await self.frontier.unlease(sorted(unknown))
             self.stats.inc_value("frontier/orphans_returned", returned)
-            logger.warning("Returned %d leases this node held in Redis without knowing (a reply lost to a Redis error) to the frontier", returned)
+            logger.warning("Returned %s this node held in Redis without knowing (a reply lost to a Redis error) to the frontier", plural(returned, "lease"))
 
     async def _give_back_unstarted(self) -> None:
         if not self._local:
@@ -467,7 +468,7 @@ class FrontierScheduler(BaseScheduler):
             self.leases.forget(payload)
         self._local.clear()
         self.stats.inc_value("frontier/released", returned)
-        logger.info("Stopping: returned %d requests not yet started to the frontier", returned)
+        logger.info("Stopping: returned %s not yet started to the frontier", plural(returned, "request"))
 
     def _outage(self, exc: BaseException) -> None:
         self.stats.inc_value("frontier/redis_errors")
@@ -492,7 +493,7 @@ class FrontierScheduler(BaseScheduler):
             added = await self.frontier.push(entries, acks, failed, duplicates)
             if self.frontier.wait_short > self._wait_short_seen:
                 if not self._wait_short_seen:
-                    logger.warning("WAIT saw fewer than %d replica(s) within %.1fs; acknowledging anyway (a failover now may lose those pushes)", self.frontier.wait_replicas, self.wait_timeout)
+                    logger.warning("WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)", plural(self.frontier.wait_replicas, "replica"), self.wait_timeout)
                 self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
                 self._wait_short_seen = self.frontier.wait_short
             del self._to_push[: len(entries)]
@@ -566,7 +567,7 @@ class FrontierScheduler(BaseScheduler):
 
     def _reclaimed(self, leases: int, nodes: int) -> None:
         self._loop.call_soon_threadsafe(self.stats.inc_value, "frontier/reclaimed", leases)
-        logger.warning("Reclaimed %d leases from %d dead node(s)", leases, nodes)
+        logger.warning("Reclaimed %s from %s", plural(leases, "lease"), plural(nodes, "dead node"))
 
     # -- idle -----------------------------------------------------------------------------
 
@@ -612,7 +613,7 @@ class FrontierScheduler(BaseScheduler):
         self.leases.clear()
         if released:
             self.stats.inc_value("frontier/released", released)
-            logger.info("Returned %d leased requests to the frontier", released)
+            logger.info("Returned %s to the frontier", plural(released, "leased request"))
         if not self.persist and reason == "finished":
             status = await self.frontier.status()
             if status.idle and status.nodes == 0:

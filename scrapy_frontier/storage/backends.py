@@ -23,7 +23,7 @@ from pymysql.constants import ER, SERVER_STATUS
 from pymysql.converters import escape_string
 
 from scrapy_frontier.config import setting_or_env
-from scrapy_frontier.connection import ConfigError, redact_url
+from scrapy_frontier.connection import PERCENT_ENCODE_HINT, ConfigError, redact_url, url_problem
 from scrapy_frontier.defaults import SETTINGS
 from scrapy_frontier.storage.ddl import mysql_ddl, sqlite_ddl
 
@@ -86,6 +86,9 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     Raises :class:`ConfigError` naming ``MYSQL_URL`` (never the password) when it is malformed.
     """
     shown = redact_url(url)
+    problem = url_problem(url)
+    if problem:
+        raise ConfigError(f"MYSQL_URL {shown} is malformed: {problem}; {PERCENT_ENCODE_HINT}")
     try:
         parts = urlsplit(url)
         port = parts.port or 3306
