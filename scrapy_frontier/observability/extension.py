@@ -43,6 +43,7 @@ from scrapy_frontier.observability.server import (
     stop_server,
 )
 from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.signals import items_stored
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ class Observability:
             else:
                 with contextlib.suppress(redis.exceptions.RedisError, OSError):
                     await ready(self.redis)  # unreachable: the scheduler reports it
-                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set)
+                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set, health=redis_health(self.crawler))
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _serve(self) -> None:

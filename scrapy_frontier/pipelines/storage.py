@@ -42,6 +42,7 @@ from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.pipelines.cache import RedisCachePipeline
 from scrapy_frontier.pipelines.validation import ItemRefused
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.schema import (
     DOCUMENTS,
     SchemaError,
@@ -169,6 +170,8 @@ class StoragePipeline:
                 replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.types, self.document_key, self.batch_size
             )
         except (ConnectionLost, RedisError, OSError) as exc:
+            if isinstance(exc, RedisError) and redis_health(self.crawler).failed(exc):
+                return  # an outage, or Redis out of memory: reported once for the worker; replayed later
             logger.warning("Could not replay pending items yet (%s)", exc)
             return
         except Exception as exc:  # the batch is back in the pending list; the crawl goes on
