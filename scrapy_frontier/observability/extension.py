@@ -150,9 +150,11 @@ class Observability:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def spider_opened(self, spider: Spider) -> None:
+        if failed_at_open(self.crawler):
+            return  # the crawl stops at start (its one error line is logged): nothing to serve
         if self.enabled:
             await self._serve()
-        if self.crawler.settings.get("REDIS_URL") and not failed_at_open(self.crawler):
+        if self.crawler.settings.get("REDIS_URL"):
             keys = keys_of(self.crawler)
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final

@@ -129,6 +129,8 @@ class StoragePipeline:
         self.keys = keys_of(self.crawler)
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
+        if failed_at_open(self.crawler):
+            return  # a setting already stops the crawl (its one line is logged): connect to nothing
         try:
             self.types = declared_item_types(self.crawler.settings)
         except SchemaError as exc:
