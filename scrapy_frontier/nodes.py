@@ -7,6 +7,10 @@ beat refreshes ``<spider>:nodes`` (score = now, Unix ms, at the Redis server's t
 whose clock is minutes off is neither seen as dead nor sees others so) and the node's facts in
 ``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
 whose last beat is older than the node timeout (:func:`scrapy_frontier.frontier.reclaim_dead`).
+The two beat scripts run when Redis is at ``maxmemory`` (``allow-oom``, ``lua/nodes_beat.lua``):
+a worker waiting for Redis to accept writes again is not taken for dead meanwhile. Redis errors
+go to the worker's :class:`~scrapy_frontier.redis_health.RedisHealth`, which reports an outage
+or a Redis out of memory once for the whole worker.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import redis
 
 from scrapy_frontier.connection import describe_error
 from scrapy_frontier.frontier import reclaim_dead
+from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
@@ -76,7 +81,8 @@ class Heartbeat:
     """Beat for ``node_id`` every ``interval`` seconds; a node silent for ``timeout`` seconds is
     dead. ``info()`` gives the facts to publish; ``on_dropped()`` is called (from the heartbeat
     thread) when this node finds it had been declared dead; ``on_reclaimed(leases, nodes)`` when
-    it took back dead nodes' leases."""
+    it took back dead nodes' leases. ``health``: where Redis errors are reported (the
+    crawler's; one of its own by default)."""
 
     def __init__(
         self,
@@ -91,6 +97,7 @@ class Heartbeat:
         on_dropped: Callable[[], None] = lambda: None,
         on_reclaimed: Callable[[int, int], None] = lambda leases, nodes: None,
         clock: ServerClock | None = None,
+        health: RedisHealth | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -106,6 +113,8 @@ class Heartbeat:
         self._joined = False
         self._failing = False
         self._beat = client.register_script(source("nodes_beat"))
+        self._write_info = client.register_script(source("nodes_info"))
+        self.health = health or RedisHealth()
         self._started: int | None = None
         self.clock = clock or ServerClock()
 
@@ -119,11 +128,9 @@ class Heartbeat:
         # Another hash slot than the registry on a Redis Cluster: a second call, not a transaction.
         if self._started is None:
             self._started = int(now) // 1000
-        with self.client.pipeline(transaction=False) as pipe:
-            # started: the server's time at the first beat, as every time status compares
-            pipe.hset(info_key, mapping={**self._info(), "beat": now, "started": self._started})
-            pipe.pexpire(info_key, int(self.timeout * 1000))
-            pipe.execute()
+        # started: the server's time at the first beat, as every time status compares
+        info = {**self._info(), "beat": now, "started": self._started}
+        self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
         if added and self._joined:
             self._on_dropped()
         self._joined = True
@@ -150,13 +157,18 @@ class Heartbeat:
         while not self._stop.wait(self.interval):
             try:
                 self.beat()
+                self.health.answered()
                 self.reclaim()
                 if self._failing:
                     self._failing = False
                     logger.warning("Heartbeat: Redis answers again")
             except (redis.exceptions.RedisError, OSError) as exc:
+                # an outage, or dead nodes' leases that Redis at maxmemory cannot take back yet:
+                # reported once for the worker
+                if self.health.failed(exc):
+                    continue
                 if not self._failing:
                     self._failing = True
-                    logger.error("Heartbeat: Redis unreachable (%s); beating again when it answers", describe_error(exc))
+                    logger.error("Heartbeat: Redis error (%s); beating again when it answers", describe_error(exc))
             except Exception:
                 logger.exception("Heartbeat error (the worker keeps running)")

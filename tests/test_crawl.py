@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pymysql
 import pytest
+
+from tests.conftest import ROOT
 
 DISTRIBUTED = {"MAX_IDLE_TIME_BEFORE_CLOSE": "3"}
 
@@ -172,8 +178,38 @@ def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker,
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1, worker.output
     assert setting in errors[0]
+    assert lines_after_the_error(worker.output) == [], worker.output[-3000:]
     assert "Traceback" not in worker.output
     assert "s3cretpw" not in worker.output
+
+
+#: Scrapy's own lines when a crawl closes (the stats dump follows the second one).
+CLOSING = ("[scrapy.core.engine] INFO: Closing spider (config_error)", "[scrapy.statscollectors] INFO: Dumping Scrapy stats:", "[scrapy.core.engine] INFO: Spider closed (config_error)")
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] (INFO|WARNING|ERROR|CRITICAL): ")
+
+
+def lines_after_the_error(output: str) -> list[str]:
+    """The INFO and higher log lines after the first ERROR line, but for Scrapy's closing lines."""
+    lines = [line for line in output.splitlines() if LOG_LINE.match(line)]
+    first = next(i for i, line in enumerate(lines) if " ERROR: " in line)
+    return [line for line in lines[first + 1 :] if not any(c in line for c in CLOSING)]
+
+
+def test_redis_down_at_start_is_one_line(start_worker, mysql_url, tmp_path):
+    """A worker whose Redis is down stops with the error line and nothing else of its own: no
+    replay warning, no progress line, no metrics server."""
+    worker = start_worker(env={"REDIS_URL": "redis://127.0.0.1:1/0", "MYSQL_URL": mysql_url})
+    assert worker.wait(60) == 2
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "REDIS_URL redis://127.0.0.1:1/0: cannot use Redis" in errors[0], worker.output[-3000:]
+    assert lines_after_the_error(worker.output) == [], worker.output[-3000:]
+
+
+def test_crawl_of_an_unknown_spider_is_one_line_naming_the_spiders():
+    done = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "nosuch"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == ["error: this project has no spider 'nosuch'; its spiders: modules, site"]
 
 
 def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):

@@ -123,8 +123,64 @@ def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mys
     assert figures["leases_left"] == 0
     outage = [w for w in workers if "Redis unreachable" in w.output]
     assert outage and all("Redis is reachable again" in w.output for w in outage)
-    # one line when the outage starts, one when it ends: not one per call
-    assert all(w.output.count("Redis unreachable") <= 2 for w in workers)
+    for w in workers:
+        # one line when the outage starts, one when it ends, for the whole worker: not one per
+        # call, nor one per component (heartbeat, cache, metrics, robots.txt, replay)
+        # (what a restart may leave behind has lines of its own: a worker taken for dead, leases
+        # whose reply was lost when Redis stopped)
+        after_effects = ("Reclaimed", "rejoining", "without knowing")
+        problems = [line for line in redis_lines(w.output) if not any(a in line for a in after_effects)]
+        assert [line for line in problems if " ERROR: " in line] == [line for line in problems if "Redis unreachable" in line], problems
+        assert len(problems) == 2 * ("Redis unreachable" in w.output), problems
+        assert w.output.count("Redis is reachable again") == w.output.count("Redis unreachable") and "Traceback" not in w.output
+    client.close()
+
+
+def redis_lines(output: str) -> list[str]:
+    """The WARNING and ERROR lines of a worker's log."""
+    return [line for line in output.splitlines() if " WARNING: " in line or " ERROR: " in line]
+
+
+def test_redis_out_of_memory_mid_crawl(logged_site, start_worker, throwaway_redis, mysql_url, mysql_query):
+    """Redis at maxmemory with noeviction refuses writes: each worker says so once (with Redis's
+    figures), waits without a traceback, keeps beating (no live worker is taken for dead), and
+    says once that Redis accepts writes again after maxmemory is raised; nothing is lost."""
+    import redis
+
+    server = throwaway_redis(**{"maxmemory-policy": "noeviction"})
+    url = f"redis://127.0.0.1:{server.port}/0"
+    client = redis.Redis.from_url(url)
+    env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    wait_stored(lambda: count_or_zero(mysql_query), 100)
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used * 8 // 10)
+    for w in workers:
+        w.wait_for("Redis refuses writes", 30)
+    # Longer than FRONTIER_NODE_TIMEOUT (4 s): a worker whose heartbeat were refused would be
+    # taken for dead once memory is raised.
+    time.sleep(12)
+    stored_meanwhile = count_or_zero(mysql_query)
+    held = leases_left(client)
+    client.config_set("maxmemory", 256 << 20)
+    for w in workers:
+        assert w.wait(180) == 0, w.output[-3000:]
+    urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
+    figures = report("redis_out_of_memory", logged_site, urls, client, client.llen("site:items:pending"))
+    print("FIGURES", json.dumps({"leases_held_while_refused": held, "stored_at_raise": stored_meanwhile, "refused_writes": [w.stat("frontier/redis_refused_writes") for w in workers]}))
+    assert set(urls) == expected(logged_site)
+    assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0 and figures["pending_left"] == 0
+    for w in workers:
+        lines = redis_lines(w.output)
+        assert len(lines) == 2, lines
+        error, back = lines
+        assert " ERROR: Redis refuses writes: it is out of memory (used_memory " in error and "maxmemory " in error and "CONFIG SET maxmemory" in error
+        assert " WARNING: Redis accepts writes again after " in back
+        assert "Traceback" not in w.output and "unreachable" not in w.output
+        assert w.stat("frontier/redis_out_of_memory") == 1
     client.close()
 
 

@@ -1,17 +1,20 @@
 """``scrapy crawl``, exiting with status 2 when the crawl could not start because of a setting
 (an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
-failure. The error itself is one log line that names the setting.
+failure. The error itself is one log line that names the setting. A spider the project does not
+have is one line on stderr that lists those it has (exit status 2), before Scrapy logs anything.
 
 With ``LOG_JSON`` on, the JSON log handler (:mod:`scrapy_frontier.observability.logjson`) is installed here, before
 Scrapy logs its first line, and learns the crawler's node id as soon as the crawler exists."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
 
 from scrapy_frontier.config import CONFIG_ERROR
 from scrapy_frontier.observability import logjson
@@ -26,6 +29,12 @@ class Command(ScrapyCrawlCommand):
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         super().process_options(args, opts)
         assert self.settings is not None
+        if len(args) == 1:
+            # Scrapy would log its start-up lines and end in a traceback (KeyError: 'Spider not found')
+            names = sorted(get_spider_loader(self.settings).list())
+            if args[0] not in names:
+                print(f"error: this project has no spider {args[0]!r}; its spiders: {', '.join(names) or 'none'}", file=sys.stderr)
+                raise SystemExit(2)
         # LOG_JSON: the JSON handler must be in place before the CrawlerProcess logs its first line.
         try:
             logjson.install_early(self.settings, args[0] if args else None)

@@ -27,6 +27,7 @@ from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.frontier import slot_of
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.politeness import Politeness
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.signals import host_limited
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         try:
             parser = await self._shared_parser(client, request, netloc)
         except Exception as exc:  # Redis trouble: fetch it ourselves, as Scrapy would
-            logger.warning("Shared robots.txt cache unavailable for %s (%s); fetching it here", netloc, describe_error(exc))
+            if not redis_health(self.crawler).failed(exc):  # an outage is reported once for the worker
+                logger.warning("Shared robots.txt cache unavailable for %s (%s); fetching it here", netloc, describe_error(exc))
             del self._parsers[netloc]
             parser = await super().robot_parser(request)
             if not waiting.called:

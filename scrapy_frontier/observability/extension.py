@@ -43,6 +43,7 @@ from scrapy_frontier.observability.server import (
     stop_server,
 )
 from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.signals import items_stored
 
 if TYPE_CHECKING:
@@ -149,9 +150,11 @@ class Observability:
     # -- lifecycle ----------------------------------------------------------------------
 
     async def spider_opened(self, spider: Spider) -> None:
+        if failed_at_open(self.crawler):
+            return  # the crawl stops at start (its one error line is logged): nothing to serve
         if self.enabled:
             await self._serve()
-        if self.crawler.settings.get("REDIS_URL") and not failed_at_open(self.crawler):
+        if self.crawler.settings.get("REDIS_URL"):
             keys = keys_of(self.crawler)
             try:
                 # A client of its own: the shared one closes on spider_closed, while the final
@@ -162,7 +165,7 @@ class Observability:
             else:
                 with contextlib.suppress(redis.exceptions.RedisError, OSError):
                     await ready(self.redis)  # unreachable: the scheduler reports it
-                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set)
+                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set, health=redis_health(self.crawler))
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _serve(self) -> None:

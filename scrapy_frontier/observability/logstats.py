@@ -63,7 +63,9 @@ class ClusterLogStats(LogStats):
         return o
 
     def log(self, spider: Spider) -> None:
-        client = optional_shared_redis(self.crawler) if self.cluster and not failed_at_open(self.crawler) else None
+        if failed_at_open(self.crawler):
+            return  # the crawl stops at start: its one error line says why, no progress to show
+        client = optional_shared_redis(self.crawler) if self.cluster else None
         if client is None:
             super().log(spider)
             return

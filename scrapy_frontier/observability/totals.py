@@ -20,6 +20,7 @@ import redis.exceptions
 
 from scrapy_frontier.connection import client_failure, describe_error
 from scrapy_frontier.frontier import Frontier
+from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
@@ -77,10 +78,11 @@ class Gauges:
 
 class ClusterTotals:
     """Push one worker's counts to the cluster totals and read the gauges (needs only a
-    redis.asyncio client). A Redis error is logged once, then again when Redis answers; the
+    redis.asyncio client). An outage or a Redis out of memory goes to ``health`` (reported once
+    for the worker); another Redis error is logged once, then again when Redis answers; the
     deltas not added are added by the next refresh."""
 
-    def __init__(self, client: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False) -> None:
+    def __init__(self, client: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False, health: RedisHealth | None = None) -> None:
         self.redis = client
         self.keys = keys
         self.node_id = node_id
@@ -92,6 +94,7 @@ class ClusterTotals:
         #: Set when the crawl closes: a failed refresh is no longer reported (a failed final one is).
         self.quiet = False
         self._set_if_exists = source("hash_set_if_exists")
+        self.health = health or RedisHealth()
 
     async def refresh(self, stats: dict[str, Any], *, address: str | None = None, final: bool = False) -> Gauges | None:
         """Add what :func:`cluster_counts` of ``stats`` grew by since the last call to
@@ -129,12 +132,15 @@ class ClusterTotals:
         if error is not None:
             if final:
                 logger.error("Could not add this worker's last counts to %s (%s)", k.stats, describe_error(error))
+            elif self.health.failed(error):
+                pass  # an outage, or Redis out of memory: reported once for the worker
             elif not self._failing and self._answered and not self.quiet:
                 # (at start-up the scheduler reports an unusable Redis and closes the crawl)
-                logger.warning("Metrics: cannot reach Redis (%s); totals and gauges are updated when it answers", describe_error(error))
-            self._failing = True
+                logger.warning("Metrics: Redis error (%s); totals and gauges are updated when it answers", describe_error(error))
+                self._failing = True
             return None
         self._answered = True
+        self.health.answered()
         if self._failing:
             self._failing = False
             logger.info("Metrics: Redis answers again")

@@ -16,6 +16,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.keys import hash_tag, keys_of
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
 from scrapy_frontier.scripts import source
 from scrapy_frontier.signals import item_unchanged, items_stored
@@ -114,7 +115,8 @@ class RedisCachePipeline:
     ``items_stored`` signal, in one round trip per batch), the write's answer says so:
     ``item_unchanged`` is sent and the database write is skipped (stat ``cache/unchanged``): an
     item is never skipped because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
-    (stat ``cache/errors``, one per item not cached).
+    (stat ``cache/errors``, one per item not cached); an outage or a Redis out of memory is
+    reported once for the worker (:mod:`scrapy_frontier.redis_health`).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -131,6 +133,7 @@ class RedisCachePipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = store_id(settings)
+        self.health = redis_health(crawler)
         self._failing = False
         self._marks_failing = False
         #: (cache key, field (lean) or None, content hash, item json or "", item), in arrival order.
@@ -199,10 +202,13 @@ class RedisCachePipeline:
             await asyncio.gather(*calls)
         except Exception as exc:
             self.stats.inc_value("cache/errors", len(marks))
+            if self.health.failed(exc):
+                return  # an outage, or Redis out of memory: reported once for the worker
             if not self._marks_failing:
                 self._marks_failing = True
                 logger.warning("Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers", describe_error(exc))
         else:
+            self.health.answered()
             if self._marks_failing:
                 self._marks_failing = False
                 logger.warning("Marking items as stored in the Redis cache works again")
@@ -294,11 +300,13 @@ class RedisCachePipeline:
                     olds = await self._write(batch)
                 except Exception as exc:
                     self.stats.inc_value("cache/errors", len(batch))
-                    if not self._failing:
+                    # an outage, or Redis out of memory, is reported once for the worker
+                    if not self.health.failed(exc) and not self._failing:
                         self._failing = True
                         logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
                     olds = [None] * len(batch)
                 else:
+                    self.health.answered()
                     if self._failing:
                         self._failing = False
                         logger.warning("Redis cache writes work again")

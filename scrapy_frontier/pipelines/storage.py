@@ -45,6 +45,7 @@ from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.pipelines.cache import RedisCachePipeline
 from scrapy_frontier.pipelines.validation import ItemRefused
+from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.schema import (
     DOCUMENTS,
     SchemaError,
@@ -137,6 +138,8 @@ class StoragePipeline:
         self.keys = keys_of(self.crawler)
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
+        if failed_at_open(self.crawler):
+            return  # a setting already stops the crawl (its one line is logged): connect to nothing
         try:
             self.types = declared_item_types(self.crawler.settings)
         except SchemaError as exc:
@@ -178,6 +181,8 @@ class StoragePipeline:
                 replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.types, self.document_key, self.batch_size
             )
         except (ConnectionLost, RedisError, OSError) as exc:
+            if isinstance(exc, RedisError) and redis_health(self.crawler).failed(exc):
+                return  # an outage, or Redis out of memory: reported once for the worker; replayed later
             logger.warning("Could not replay pending items yet (%s)", exc)
             return
         except Exception as exc:  # the batch is back in the pending list; the crawl goes on

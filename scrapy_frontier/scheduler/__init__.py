@@ -34,7 +34,6 @@ from scrapy_frontier import scrapy_internals
 from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting
 from scrapy_frontier.connection import (
     ConfigError,
-    client_failure,
     describe_error,
     detect_cluster,
     is_cluster,
@@ -48,6 +47,7 @@ from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
 from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
 from scrapy_frontier.politeness import sync_rates
+from scrapy_frontier.redis_health import OUTAGE_ERRORS, redis_health
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -63,17 +63,8 @@ __all__ = ["FAILED_META", "LEASE_META", "FrontierScheduler"]
 
 logger = logging.getLogger(__name__)
 
-#: What a Redis outage raises, a failover or a slot migration included (a Redis Cluster's
-#: "cluster is down" and TRYAGAIN once redis-py's own retries are spent): retried with backoff.
-_REDIS_ERRORS = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.TryAgainError,
-    redis.exceptions.ClusterError,
-    redis.exceptions.ReadOnlyError,
-    OSError,
-)
+#: What a Redis outage raises (retried with backoff).
+_REDIS_ERRORS = OUTAGE_ERRORS
 _PUSH_BATCH = 1000
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
@@ -130,6 +121,8 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(crawler, "%s", exc)
             self.dedup = None  # the crawl stops at open; no claim on the dupefilter
         self.node_id = node_id_of(crawler)
+        #: Reports Redis outages and a Redis out of memory once for the worker.
+        self.health = redis_health(crawler)
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self._local: deque[Request] = deque()
@@ -232,6 +225,7 @@ class FrontierScheduler(BaseScheduler):
             on_dropped=self._dropped,
             on_reclaimed=self._reclaimed,
             clock=server_clock(self.crawler),
+            health=self.health,
         )
         try:
             await asyncio.to_thread(self.heartbeat.beat)
@@ -400,12 +394,13 @@ class FrontierScheduler(BaseScheduler):
             try:
                 await self._step()
             except Exception as exc:
-                # redis-py's cluster client failing in its own code during a failover is an outage too
-                if not (isinstance(exc, _REDIS_ERRORS) or client_failure(exc)):
+                # an outage (redis-py's cluster client failing in its own code during a failover
+                # too), or Redis at maxmemory refusing the push or the lease: backoff, one line
+                if not self.health.failed(exc):
                     logger.exception("Frontier task error (the worker keeps running)")
                     await asyncio.sleep(1.0)
                     continue
-                self._outage(exc)
+                self._outage()
                 await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
 
     def _tick(self) -> float:
@@ -439,8 +434,8 @@ class FrontierScheduler(BaseScheduler):
             self._next_rates = time.monotonic() + self.rates_refresh
             self._rates = await sync_rates(self.frontier.redis, self.keys, self._rates)
         await self._check_idle()
+        self.health.answered()
         if self._outage_since is not None:
-            logger.warning("Redis is reachable again after %.1fs", time.monotonic() - self._outage_since)
             self._outage_since = None
             self.stats.set_value("frontier/redis_errors", 0)
 
@@ -470,15 +465,15 @@ class FrontierScheduler(BaseScheduler):
         self.stats.inc_value("frontier/released", returned)
         logger.info("Stopping: returned %s not yet started to the frontier", plural(returned, "request"))
 
-    def _outage(self, exc: BaseException) -> None:
+    def _outage(self) -> None:
+        """A step failed for a Redis outage or a refusal for lack of memory (reported by
+        :attr:`health`): back off, and reconcile the leases at each step until one succeeds."""
         self.stats.inc_value("frontier/redis_errors")
         # Writes just before an error may be lost (a failover, a restart without appendfsync
         # always): what this worker queued must be able to be queued again.
         self._seen.clear()
         if self._outage_since is None:
             self._outage_since = time.monotonic()
-            self.stats.inc_value("frontier/redis_outages")
-            logger.error("Redis unreachable (%s); retrying with backoff, nothing taken is dropped", describe_error(exc))
 
     async def _flush(self) -> None:
         # Flush what is buffered now; what arrives meanwhile waits for the next round.
@@ -603,8 +598,10 @@ class FrontierScheduler(BaseScheduler):
                 released = await self.frontier.release()
                 await self.frontier.leave()
                 break
-            except _REDIS_ERRORS as exc:
-                self._outage(exc)
+            except Exception as exc:
+                if not self.health.failed(exc):
+                    raise
+                self._outage()
                 if time.monotonic() > deadline:
                     logger.error("Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT")
                     return
