@@ -27,9 +27,11 @@ class Page(Item):
     description = Field(type=str, max_length=2048)
     #: The ``lang`` attribute of ``<html>`` (BCP 47 tag).
     language = Field(type=str, max_length=64)
-    #: ``[[level, text], ...]`` for every h1, h2 and h3, in document order.
+    #: ``[[level, text], ...]`` for every h1, h2 and h3 of the main content, in document order
+    #: (crawler/pagetext.py; the rule is in docs/items.md).
     headings = Field(type=list)
-    #: Visible text of the main content, whitespace collapsed.
+    #: Visible text of the main content, whitespace collapsed, a space only where the page has
+    #: white space or a block boundary (crawler/pagetext.py; docs/items.md).
     text = Field(type=str)
     #: Absolute URLs of every ``<a href>`` on the page, fragments removed, in order, unique.
     links = Field(type=list)

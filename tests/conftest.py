@@ -1,6 +1,8 @@
 """Fixtures: real servers on loopback.
 
 - ``docs_site``: Debian's python3.11-doc HTML served by a Python HTTP server on 127.0.0.x.
+- ``debian_doc_sites``: Debian's documentation in Japanese, Russian and Chinese (DocBook and
+  Sphinx sites), each served the same way.
 - ``redis_url``: the machine's Redis, database ``TEST_REDIS_DB`` (default 13) plus the index of the
   pytest-xdist worker (``tests/run.sh`` runs 3: databases 13, 14 and 15); each test deletes only the
   keys of its own spider names before and after it runs.
@@ -100,6 +102,28 @@ def docs_site():
     server = HttpServer(DOCS, "127.0.0.2")
     yield server
     server.stop()
+
+
+#: Debian's doc sites in other languages: name -> (Debian package, directory, start page).
+DEBIAN_DOC_SITES = {
+    "aptitude-ja": ("aptitude-doc-ja", Path("/usr/share/doc/aptitude/html/ja"), "index.html"),
+    "aptitude-ru": ("aptitude-doc-ru", Path("/usr/share/doc/aptitude/html/ru"), "index.html"),
+    "developers-reference-ru": ("developers-reference-ru", Path("/usr/share/developers-reference/ru"), "index.html"),
+    "debian-reference-zh-cn": ("debian-reference-zh-cn", Path("/usr/share/debian-reference"), "index.zh-cn.html"),
+}
+
+
+@pytest.fixture(scope="session")
+def debian_doc_sites():
+    """Each site of :data:`DEBIAN_DOC_SITES` served on 127.0.0.16 (a port each):
+    ``{name: (server, directory, start page)}``."""
+    missing = [package for package, directory, start in DEBIAN_DOC_SITES.values() if not (directory / start).is_file()]
+    if missing:
+        pytest.fail(f"Debian's doc sites are missing: apt-get install {' '.join(missing)}")
+    servers = {name: (HttpServer(directory, "127.0.0.16"), directory, start) for name, (_, directory, start) in DEBIAN_DOC_SITES.items()}
+    yield servers
+    for server, _, _ in servers.values():
+        server.stop()
 
 
 @pytest.fixture

@@ -20,6 +20,10 @@ fi
 main() {
 missing=()
 [ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc)
+# tests/test_pagetext.py: Debian's doc sites in Japanese, Russian and Chinese (conftest.DEBIAN_DOC_SITES).
+for pkg in aptitude-doc-ja aptitude-doc-ru developers-reference-ru debian-reference-zh-cn; do
+  dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v mariadbd >/dev/null || missing+=(mariadb-server)
 # libfaketime: tests/test_clock.py runs a worker whose wall clock is minutes off.

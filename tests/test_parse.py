@@ -23,8 +23,10 @@ def test_page_item_from_a_real_page(response):
     assert page["url"] == page["final_url"] == "http://127.0.0.2:8931/library/json.html"
     assert page["title"].startswith("json — JSON encoder and decoder")
     assert page["language"] == "en"
-    assert [1, "json — JSON encoder and decoder ¶"] in page["headings"]
-    assert [2, "Basic Usage ¶"] in page["headings"]
+    # no permalink sign, no sidebar heading ("Table of Contents", "This Page", "Navigation")
+    assert page["headings"][:2] == [[1, "json — JSON encoder and decoder"], [2, "Basic Usage"]]
+    assert {"Table of Contents", "This Page", "Navigation"}.isdisjoint(text for _, text in page["headings"])
+    assert "¶" not in page["text"]
     assert "JSON (JavaScript Object Notation)" in page["text"]
     assert len(page["content_hash"]) == 64 and page["depth"] == 0
     assert "http://127.0.0.2:8931/library/pickle.html" in page["links"]

@@ -13,6 +13,7 @@ from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
 from crawler.items import Page
+from crawler.pagetext import page_text
 from crawler.spiders import checked_start_urls, url_argument
 
 if TYPE_CHECKING:
@@ -20,12 +21,6 @@ if TYPE_CHECKING:
 
 #: Request meta key holding the hosts a request's descendants may visit.
 HOSTS_META = "site_hosts"
-
-_TEXT_XPATH = (
-    "descendant-or-self::text()[not(ancestor::script or ancestor::style or ancestor::noscript"
-    " or ancestor::template)]"
-)
-
 
 class SiteSpider(scrapy.Spider):
     """Crawl every page of the start URLs' hosts.
@@ -75,9 +70,9 @@ class SiteSpider(scrapy.Spider):
 
     @staticmethod
     def page(response: HtmlResponse, links: list[str]) -> Page:
-        """Build the :class:`Page` item of an HTML response."""
-        main = response.xpath("//main | //*[@role='main']") or response.xpath("//body") or response
-        text = " ".join(" ".join(main[0].xpath(_TEXT_XPATH).getall()).split())
+        """Build the :class:`Page` item of an HTML response (``text`` and ``headings`` by
+        :func:`crawler.pagetext.page_text`'s rule)."""
+        text, headings = page_text(response.selector.root)
         latency = response.meta.get("download_latency")
         request = response.request
         return Page(
@@ -87,10 +82,7 @@ class SiteSpider(scrapy.Spider):
             title=" ".join(response.xpath("//title//text()").getall()).strip() or None,
             description=response.xpath("//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content").get(),
             language=response.xpath("/html/@lang").get(),
-            headings=[
-                [int(h.root.tag[1]), " ".join(" ".join(h.xpath(".//text()").getall()).split())]
-                for h in response.xpath("//h1 | //h2 | //h3")
-            ],
+            headings=headings,
             text=text,
             links=links,
             content_hash=hashlib.sha256(response.body).hexdigest(),
