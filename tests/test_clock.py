@@ -60,7 +60,7 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     fetched = collections.Counter(line.split(" ", 1)[1] for line in server.log.read_text().splitlines() if line.split(" ", 1)[1].startswith("/site/"))
     shares = [plain.stat("item_scraped_count"), other.stat("item_scraped_count")]
     after = sum(1 for t in times if t > joined)  # pages left when the second worker joined
-    print(f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} fetches of {PAGES} pages, shares {shares} ({after} after the second joined), most in any 1 s: {max_in_window(times)}, in any 2 s: {max_in_window(times, 2.0)} (rate {RATE}/s)")
+    print(f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} of {PAGES} pages, shares {shares} ({after} after the second joined), most in 1 s / 2 s: {max_in_window(times)} / {max_in_window(times, 2.0)} (rate {RATE}/s)")
     assert max(fetched.values()) == 1, "a URL was fetched twice"
     assert len(fetched) == PAGES
     # the rate, plus a burst of one, over 2 s: arrival times at the server jitter by a few hundred

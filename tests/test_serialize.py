@@ -111,12 +111,23 @@ def test_json_object_fields(spider):
         ("http://", "bad_url"),
         ("http://exa mple.com/", "bad_url"),
         ("http://a<b/", "bad_url"),
+        ("http://user:s3cretpw@h/p", "bad_url"),
+        ('{"url": "http://:s3cretpw@h/p"}', "bad_url"),
+        ("http://h/" + "a" * 2075, "bad_url"),
+        ('{"url": "http://h/", "meta": {"download_timeout": -5}}', "bad_field"),
+        ('{"url": "http://h/", "meta": {"depth": -1}}', "bad_field"),
+        ('{"url": "http://h/", "callback": "start"}', "bad_field"),
     ],
 )
 def test_bad_payloads_are_refused_with_a_reason(spider, raw, reason):
     with pytest.raises(RequestRefused) as info:
         parse(raw, spider)
     assert info.value.reason == reason
+    assert "s3cretpw" not in str(info.value)
+
+
+def test_the_longest_url_accepted_is_scrapys_limit(spider):
+    assert parse("http://h/" + "a" * 2074, spider)[0].url.endswith("a" * 2074)  # 2083 characters
 
 
 def test_oversized_payload_is_refused_before_parsing(spider):
