@@ -268,3 +268,32 @@ def test_cache_never_skips_an_item_the_database_did_not_get(docs_site, start_wor
     third = start_worker(settings=small, env=env, args=args)
     assert third.wait() == 0
     assert third.stat("storage/skipped/unchanged") == cached
+
+
+@pytest.mark.parametrize("as_set", [False, True])
+def test_start_urls_of_the_wrong_redis_type_give_one_line(as_set, start_worker, redis_url, redis_client, tmp_path):
+    """A start-URL key that is a set where a list is expected (or the reverse) stops the worker
+    at start with one line naming the key, what it is and the setting, not an error a second."""
+    if as_set:
+        redis_client.rpush("site:start_urls", "http://127.0.0.9:1/")
+    else:
+        redis_client.sadd("site:start_urls", "http://127.0.0.9:1/")
+    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "REDIS_START_URLS_AS_SET": str(as_set)}, env={"REDIS_URL": redis_url})
+    assert worker.wait(60) == 2, worker.output[-3000:]
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "site:start_urls is a Redis " + ("list" if as_set else "set") in errors[0] and "REDIS_START_URLS_AS_SET" in errors[0], worker.output
+    assert "Traceback" not in worker.output
+
+
+def test_a_key_retyped_mid_crawl_is_one_line_and_the_worker_goes_on(start_worker, redis_url, redis_client, tmp_path):
+    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "MAX_IDLE_TIME_BEFORE_CLOSE": "8"}, env={"REDIS_URL": redis_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.sadd("site:start_urls", "http://127.0.0.9:1/")
+    worker.wait_for("WRONGTYPE")
+    time.sleep(3)  # three more rounds of the frontier's task meet it
+    redis_client.delete("site:start_urls")
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "Redis refused a frontier call (ResponseError: WRONGTYPE" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output
+    assert worker.stat("frontier/task_errors") >= 3

@@ -137,6 +137,7 @@ class FrontierScheduler(BaseScheduler):
         self._next_poll = 0.0
         self._idle_since: float | None = None
         self._outage_since: float | None = None
+        self._last_task_error: str | None = None  # logged once while it repeats
         self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
         self._started = time.time()
 
@@ -174,6 +175,20 @@ class FrontierScheduler(BaseScheduler):
             fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
             return
         if self.dedup is None:
+            return
+        try:
+            found = (await client.type(self.keys.start_urls)).decode()
+        except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            fail_at_open(self.crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            return
+        wanted = "set" if self.start_as_set else "list"
+        if found not in ("none", wanted):
+            setting = "REDIS_START_URLS_AS_SET=True" if wanted == "set" else "REDIS_START_URLS_AS_SET=False (the default)"
+            fail_at_open(
+                self.crawler,
+                "%s is a Redis %s, but with %s start URLs are a %s: set REDIS_START_URLS_AS_SET to match it, or move the key away (redis-cli rename)",
+                self.keys.start_urls, found, setting, wanted,
+            )
             return
         try:
             claimed = await claim_dupefilter(client, self.keys, self.dedup, self.crawler.request_fingerprinter)
@@ -393,11 +408,20 @@ class FrontierScheduler(BaseScheduler):
                 break
             try:
                 await self._step()
+                self._last_task_error = None
             except Exception as exc:
                 # an outage (redis-py's cluster client failing in its own code during a failover
                 # too), or Redis at maxmemory refusing the push or the lease: backoff, one line
                 if not self.health.failed(exc):
-                    logger.exception("Frontier task error (the worker keeps running)")
+                    self.stats.inc_value("frontier/task_errors")
+                    text = describe_error(exc)
+                    if text != self._last_task_error:  # once while the same error repeats
+                        self._last_task_error = text
+                        if isinstance(exc, redis.exceptions.ResponseError):
+                            # a key of the crawl changed type under it (WRONGTYPE), say: Redis's words are the message
+                            logger.error("Redis refused a frontier call (%s); the worker keeps trying every second", text)
+                        else:
+                            logger.exception("Frontier task error (the worker keeps running)")
                     await asyncio.sleep(1.0)
                     continue
                 self._outage()
