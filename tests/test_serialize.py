@@ -111,6 +111,8 @@ def test_json_object_fields(spider):
         ("http://", "bad_url"),
         ("http://exa mple.com/", "bad_url"),
         ("http://a<b/", "bad_url"),
+        # deeper than Python's JSON parser goes (RecursionError): refused by workers and push alike
+        ('{"url": "http://h/", "meta": {"x": ' + "[" * 30_000 + "]" * 30_000 + "}}", "bad_payload"),
     ],
 )
 def test_bad_payloads_are_refused_with_a_reason(spider, raw, reason):

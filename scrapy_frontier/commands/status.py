@@ -143,8 +143,8 @@ class Command(RedisCommand):
                     f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, {c['in_flight']} in flight, "
                     f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, {c['requests_failed']} failed"
                 )
-        except OutputClosed:
-            pass
+        except OutputClosed as exc:
+            self.output_stopped(exc)
         return None
 
     def short_desc(self) -> str:
