@@ -66,7 +66,7 @@ def test_replay_refuses_unknown_classes_and_broken_records_without_running_them(
 def test_replay_setup_errors_are_one_line(redis_url):
     done = run(["replay", "site"], {"REDIS_URL": redis_url, "MYSQL_URL": "postgres://u:s3cretpw@h/db"})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: MYSQL_URL postgres://u:***@h/db must start with mysql://"]
+    assert done.stderr.strip().splitlines() == ["error: MYSQL_URL postgres://u:***@h/db must start with mysql://, mariadb:// or mysql+pymysql://"]
     assert done.stdout == ""
     done = run(["requeue", "site"], {"REDIS_URL": "redis://127.0.0.1:1/0?password=s3cretpw"})
     assert done.returncode == 2 and "s3cretpw" not in done.stderr and "Traceback" not in done.stderr
@@ -360,3 +360,10 @@ def test_output_to_a_full_device_is_one_line(command, redis_url, redis_client):
     )
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.splitlines() == ["error: cannot write the output: No space left on device"], done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan"])
+def test_status_watch_needs_a_positive_number(seconds, redis_url):
+    done = run(["status", "site", "--watch", seconds], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: --watch needs a positive number of seconds"], done.stderr
