@@ -36,10 +36,11 @@ from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.extensions.logstats import LogStats
 from scrapy.utils.misc import load_object
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import check_scrapy_settings, setting_or_env
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -94,9 +95,19 @@ def _install(settings: BaseSettings, name: str, builtin: type | None, component:
 
 
 class DistributedAddon:
-    """Wires scrapy-frontier into a crawl (see the module docstring)."""
+    """Wires scrapy-frontier into a crawl (see the module docstring). It also checks Scrapy's
+    common numeric settings, in either mode, before Scrapy reads them
+    (:func:`~scrapy_frontier.config.check_scrapy_settings`)."""
+
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DistributedAddon:
+        return cls(crawler)
 
     def update_settings(self, settings: BaseSettings) -> None:
+        check_scrapy_settings(settings, self.crawler)
         for name, default in SETTINGS.items():
             settings.setdefault(name, default, "default")
         for name in FROM_ENVIRONMENT:

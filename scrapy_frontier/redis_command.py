@@ -1,7 +1,8 @@
 """The base of the project's Redis commands: the spider argument, ``--json`` output, a Redis
 client from the project settings, and errors as one line on stderr with exit status 2. Output
 goes through :func:`write_out`: a reader that stops early (``scrapy status site | head``) ends
-the command quietly instead of with a ``BrokenPipeError``."""
+the command quietly instead of with a ``BrokenPipeError``; output that cannot be written
+(``> /dev/full``) is one error line, exit status 2."""
 
 from __future__ import annotations
 
@@ -32,19 +33,32 @@ class OutputClosed(Exception):
     """Standard output was closed by its reader (``| head``): the command stops, quietly."""
 
 
+class OutputFailed(OutputClosed):
+    """Standard output cannot be written (a full disk, ``> /dev/full``): the command stops with
+    one error line (:meth:`RedisCommand.output_stopped`)."""
+
+
+def _stdout_to_devnull() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def write_out(text: str) -> None:
     """Write ``text`` and a newline to standard output, flushed. Raises :class:`OutputClosed`
-    when the reader has closed the pipe, after pointing standard output at ``/dev/null`` so that
+    when the reader has closed the pipe, :class:`OutputFailed` (its message the system's) when
+    the write fails otherwise; either way after pointing standard output at ``/dev/null`` so that
     Python's flush at exit does not fail again (the recipe of the Python documentation, "Note on
     SIGPIPE" in :mod:`signal`)."""
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _stdout_to_devnull()
         raise OutputClosed from None
+    except OSError as exc:
+        _stdout_to_devnull()
+        raise OutputFailed(exc.strerror or str(exc)) from None
 
 
 def recorded_shards(client: Any, keys: Keys) -> int:
@@ -105,8 +119,8 @@ class RedisCommand(ScrapyCommand):
                 self.emit(result, opts)
         except redis.exceptions.RedisError as exc:
             return self._fail(f"Redis error: {describe_error(exc)}")
-        except OutputClosed:
-            return None
+        except OutputClosed as exc:
+            return self.output_stopped(exc)
         finally:
             client.close()
         return None
@@ -114,6 +128,12 @@ class RedisCommand(ScrapyCommand):
     def emit(self, result: dict[str, Any], opts: argparse.Namespace) -> None:
         """Print ``result``: one JSON object with ``--json``, else :meth:`describe`'s text."""
         write_out(json.dumps(result, ensure_ascii=False) if opts.json else self.describe(result))
+
+    def output_stopped(self, exc: OutputClosed) -> None:
+        """End the command after :func:`write_out` stopped: quietly when the reader left, with one
+        error line and exit status 2 when the output could not be written."""
+        if isinstance(exc, OutputFailed):
+            self._fail(f"cannot write the output: {exc}")
 
     def _fail(self, message: str) -> None:
         """Report a setup error: one line on stderr, exit status 2 (execute() then returns None)."""

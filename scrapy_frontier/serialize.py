@@ -256,9 +256,20 @@ def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Req
     ``headers``, ``body``, ``priority``, ``callback`` (a spider method name), ``cb_kwargs`` and
     ``dont_filter``. A JSON string is taken as a URL. Returns the request and the unknown keys it
     ignored; raises :class:`RequestRefused` with reason ``too_large``, ``not_utf8``, ``bad_json``,
-    ``not_object``, ``bad_field``, ``bad_url`` or ``bad_scheme``. The body is sent as given: it is
-    never turned into form data.
+    ``not_object``, ``bad_field``, ``bad_url`` or ``bad_scheme``, and ``bad_payload`` for any
+    other failure (JSON nested too deep for Python's parser: ``RecursionError``), so the workers
+    and ``scrapy push`` refuse the same payloads. The body is sent as given: it is never turned
+    into form data.
     """
+    try:
+        return _parse_start_payload(raw, spider, max_bytes)
+    except RequestRefused:
+        raise
+    except Exception as exc:  # one bad payload never stops a batch, nor a command
+        raise RequestRefused("bad_payload", f"{type(exc).__name__}: {exc}") from None
+
+
+def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
     if len(raw) > max_bytes:
         raise RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={max_bytes}")
     try:

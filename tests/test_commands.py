@@ -66,7 +66,7 @@ def test_replay_refuses_unknown_classes_and_broken_records_without_running_them(
 def test_replay_setup_errors_are_one_line(redis_url):
     done = run(["replay", "site"], {"REDIS_URL": redis_url, "MYSQL_URL": "postgres://u:s3cretpw@h/db"})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: MYSQL_URL postgres://u:***@h/db must start with mysql://"]
+    assert done.stderr.strip().splitlines() == ["error: MYSQL_URL postgres://u:***@h/db must start with mysql://, mariadb:// or mysql+pymysql://"]
     assert done.stdout == ""
     done = run(["requeue", "site"], {"REDIS_URL": "redis://127.0.0.1:1/0?password=s3cretpw"})
     assert done.returncode == 2 and "s3cretpw" not in done.stderr and "Traceback" not in done.stderr
@@ -333,3 +333,37 @@ def test_forget_refuses_a_malformed_pattern(pattern, problem, redis_url):
     done = run(["forget", "site", "--pattern", pattern], {"REDIS_URL": redis_url})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith(f"error: --pattern {pattern!r} is malformed: ") and problem in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_push_of_a_missing_file_is_one_line(redis_url, tmp_path):
+    done = run(["push", "site", "--file", str(tmp_path / "nonexistent")], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"error: --file {tmp_path / 'nonexistent'}: No such file or directory"], done.stderr
+
+
+def test_push_refuses_a_deeply_nested_payload_as_a_worker_does(redis_url, redis_client, tmp_path):
+    deep = '{"url": "http://h/", "meta": {"x": ' + "[" * 30_000 + "]" * 30_000 + "}}"
+    payloads = tmp_path / "payloads"
+    payloads.write_text(deep + "\nhttp://a.example/\n")
+    done = run(["push", "site", "--file", str(payloads), "--json"], {"REDIS_URL": redis_url})
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["pushed"] == 1 and [r["reason"] for r in result["refused"]] == ["bad_payload"]
+    assert redis_client.lrange("site:start_urls", 0, -1) == [b"http://a.example/"]
+
+
+@pytest.mark.parametrize("command", ["status site", "status site --json", "push site http://a.example/"])
+def test_output_to_a_full_device_is_one_line(command, redis_url, redis_client):
+    done = subprocess.run(
+        ["bash", "-c", f'"$PYTHON" -m scrapy {command} > /dev/full'],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.splitlines() == ["error: cannot write the output: No space left on device"], done.stderr
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan"])
+def test_status_watch_needs_a_positive_number(seconds, redis_url):
+    done = run(["status", "site", "--watch", seconds], {"REDIS_URL": redis_url})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: --watch needs a positive number of seconds"], done.stderr

@@ -233,6 +233,9 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
         ({"MAX_IDLE_TIME_BEFORE_CLOSE": "-1"}, "MAX_IDLE_TIME_BEFORE_CLOSE"),
         # Scrapy's scraper would run a callback's output through no task: every item and link lost.
         ({"CONCURRENT_ITEMS": "0"}, "CONCURRENT_ITEMS"),
+        # Read by two components (the scheduler and the politeness middleware): one line all the same.
+        ({"DOMAIN_RATE_LIMIT": "-1"}, "DOMAIN_RATE_LIMIT"),
+        ({"POLITENESS_REFRESH": "0"}, "POLITENESS_REFRESH"),
     ],
 )
 def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):
@@ -240,6 +243,36 @@ def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start
     assert worker.wait(60) == 2
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}=" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "distributed"),
+    [
+        # Scrapy's own getint()/getfloat() would end the crawl in a traceback and exit status 1,
+        ("CONCURRENT_REQUESTS", "abc", False),
+        ("CONCURRENT_REQUESTS", "1e3", True),
+        ("CONCURRENT_REQUESTS_PER_DOMAIN", "abc", True),
+        ("DOWNLOAD_TIMEOUT", "abc", False),
+        ("DEPTH_LIMIT", "abc", True),
+        ("RETRY_TIMES", "abc", False),
+        ("CLOSESPIDER_PAGECOUNT", "many", False),
+        # a crawl with no request slot would hang, nothing fetched and never idle,
+        ("CONCURRENT_REQUESTS", "0", False),
+        ("CONCURRENT_REQUESTS", "-3", True),
+        # and these would be taken silently.
+        ("DOWNLOAD_DELAY", "-1", True),
+        ("DEPTH_LIMIT", "-1", False),
+        ("DOWNLOAD_MAXSIZE", "-1", False),
+    ],
+)
+def test_bad_scrapy_settings_stop_the_crawl_with_one_line(name, value, distributed, start_worker, redis_url):
+    """Scrapy's numeric settings are checked once, by the add-on, in either mode."""
+    env = {"REDIS_URL": redis_url} if distributed else {}
+    worker = start_worker(settings={name: value}, env=env, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2, worker.output[-3000:]
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and f"Setting {name}={value!r}" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
 
 

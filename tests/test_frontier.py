@@ -246,3 +246,17 @@ def test_the_queued_count_follows_pushes_leases_and_returns_and_is_made_once_for
         return (await f.status(deep=True)).depth, int(await r.get(counter))
 
     assert run(with_frontier(redis_url, go)) == (4, 4)
+
+
+def test_clear_removes_the_queued_count_and_keeps_the_dead_letters(redis_url):
+    counter = KEYS.queue_prefix + "@queued"
+
+    async def go(f, r):
+        await f.push([entry("a0", host="a"), entry("b0", host="b")])
+        await f.status(deep=True)
+        await r.lpush(KEYS.failed, b"{}")
+        assert int(await r.get(counter)) == 2
+        await f.clear()
+        return bool(await r.exists(counter)), await r.llen(KEYS.failed)
+
+    assert run(with_frontier(redis_url, go)) == (False, 1)

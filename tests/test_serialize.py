@@ -117,6 +117,8 @@ def test_json_object_fields(spider):
         ('{"url": "http://h/", "meta": {"download_timeout": -5}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"depth": -1}}', "bad_field"),
         ('{"url": "http://h/", "callback": "start"}', "bad_field"),
+        # deeper than Python's JSON parser goes (RecursionError): refused by workers and push alike
+        ('{"url": "http://h/", "meta": {"x": ' + "[" * 30_000 + "]" * 30_000 + "}}", "bad_payload"),
     ],
 )
 def test_bad_payloads_are_refused_with_a_reason(spider, raw, reason):

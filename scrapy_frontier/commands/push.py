@@ -39,9 +39,12 @@ class Command(RedisCommand):
             raise UsageError("give a spider name, then payloads (or --file)")
         self._payloads = [a.encode("utf-8", "surrogateescape") for a in args[1:]]
         if opts.file:
-            stream = sys.stdin.buffer if opts.file == "-" else open(opts.file, "rb")  # noqa: SIM115
-            with stream:
-                self._payloads += [line.rstrip(b"\r\n") for line in stream if line.strip()]
+            try:
+                stream = sys.stdin.buffer if opts.file == "-" else open(opts.file, "rb")  # noqa: SIM115
+                with stream:
+                    self._payloads += [line.rstrip(b"\r\n") for line in stream if line.strip()]
+            except OSError as exc:
+                return self._fail(f"--file {opts.file}: {exc.strerror or exc}")
         if not self._payloads:
             raise UsageError("no payload given")
         super().run(args[:1], opts)

@@ -143,8 +143,8 @@ class Command(RedisCommand):
                     f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, {c['in_flight']} in flight, "
                     f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, {c['requests_failed']} failed"
                 )
-        except OutputClosed:
-            pass
+        except OutputClosed as exc:
+            self.output_stopped(exc)
         return None
 
     def short_desc(self) -> str:
@@ -157,8 +157,8 @@ class Command(RedisCommand):
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
         as_set = self.settings.getbool("REDIS_START_URLS_AS_SET")
-        if opts.watch:
-            if opts.watch <= 0:
+        if opts.watch is not None:
+            if not opts.watch > 0:  # 0, negative or NaN
                 return self._fail("--watch needs a positive number of seconds")
             redraw = not opts.json and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
             try:

@@ -58,10 +58,8 @@ class StartUrlIntake:
             return self._from_hook(raw)
         try:
             request, unknown = parse_start_payload(raw, self.spider, self.max_bytes)
-        except RequestRefused as exc:
+        except RequestRefused as exc:  # any failure, as bad_payload: one never stops the batch
             return [], self.refuse(raw, exc)
-        except Exception as exc:  # one bad payload never stops the batch, nor loses it
-            return [], self.refuse(raw, RequestRefused("bad_payload", f"{type(exc).__name__}: {exc}"))
         if unknown:
             logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
             self.stats.inc_value("start_urls/unknown_keys")

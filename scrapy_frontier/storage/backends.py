@@ -95,7 +95,7 @@ def parse_mysql_url(url: str) -> dict[str, Any]:
     except ValueError as exc:
         raise ConfigError(f"MYSQL_URL {shown} is malformed: {exc}") from None
     if parts.scheme not in ("mysql", "mysql+pymysql", "mariadb"):
-        raise ConfigError(f"MYSQL_URL {shown} must start with mysql://")
+        raise ConfigError(f"MYSQL_URL {shown} must start with mysql://, mariadb:// or mysql+pymysql://")
     database = unquote(parts.path.lstrip("/"))
     if not parts.hostname or not database:
         raise ConfigError(f"MYSQL_URL {shown} needs a host and a database: mysql://user:password@host:port/db")
