@@ -78,6 +78,8 @@ class BroadNginx(speed.Nginx):
             f"http {{ access_log off; types {{ text/html html; }} default_type text/html;\n"
             f"  server {{ {listens} root {site}/$server_addr; }} }}\n"
         )
+        if not shutil.which("nginx"):
+            raise SystemExit("nginx is not installed: apt-get install nginx-light (or nginx)")
         self.proc = subprocess.Popen(["nginx", "-c", str(conf), "-p", str(prefix)])
         wait_port(host(0), port)
         wait_port(host(hosts - 1), port)
