@@ -18,6 +18,8 @@ from scrapy import Request
 from scrapy.utils.request import request_from_dict
 from w3lib.url import safe_url_string
 
+from scrapy_frontier.connection import redact_url
+
 if TYPE_CHECKING:
     from scrapy import Spider
 
@@ -168,22 +170,6 @@ def request_from_json(payload: str | bytes, spider: Spider) -> Request:
 _BAD_HOST_CHARS = re.compile(r'[\s\x00-\x1f\x7f<>"{}|\\^`]')
 
 
-def _without_userinfo(url: str) -> str:
-    """``url`` with whatever stands before an ``@`` of its authority shown as ``***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    end = len(rest)
-    for delimiter in "/?#":
-        at = rest.find(delimiter)
-        if at != -1 and at < end:
-            end = at
-    authority = rest[:end]
-    if "@" not in authority:
-        return url
-    return f"{scheme}://***@{authority.rsplit('@', 1)[1]}{rest[end:]}"
-
-
 #: The longest URL accepted, in characters: Scrapy's ``URLLENGTH_LIMIT`` default (the limit its
 #: UrlLengthMiddleware puts on the links a spider yields, after Internet Explorer's 2,083).
 URL_MAX_LENGTH = 2083
@@ -195,24 +181,25 @@ def check_url(url: Any) -> str:
     Only absolute ``http`` and ``https`` URLs with a host, no user or password (Scrapy sends
     none from a URL: its HttpAuthMiddleware takes ``http_user`` / ``http_pass``; and the URL
     would carry the password into logs and dead letters) and at most :data:`URL_MAX_LENGTH`
-    characters are accepted. A refused URL's password is never repeated in the message.
+    characters are accepted. A refused URL is shown by :func:`~scrapy_frontier.connection.redact_url`:
+    its password is never repeated in the message.
     """
     if not isinstance(url, str) or not url.strip():
         raise RequestRefused("bad_url", f"url must be a non-empty string, got {url!r:.100}")
     url = url.strip()
     if len(url) > URL_MAX_LENGTH:
-        raise RequestRefused("bad_url", f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): {_without_userinfo(url)!r:.200}")
+        raise RequestRefused("bad_url", f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): {redact_url(url)!r:.200}")
     try:
         url.encode("utf-8")
         parts = urlsplit(url)
         host = parts.hostname
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number in 0-65535, RFC 3986 section 3.2.3)
     except (ValueError, UnicodeError) as exc:
-        shown = _without_userinfo(url)
+        shown = redact_url(url)
         why = exc if shown == url else type(exc).__name__  # its message may quote the password
         raise RequestRefused("bad_url", f"not a URL: {shown!r:.200} ({why})") from None
     if "@" in parts.netloc:
-        raise RequestRefused("bad_url", f"URL has a user or password before its host, which Scrapy does not send (use the http_user and http_pass spider attributes of HttpAuthMiddleware): {_without_userinfo(url)!r:.200}")
+        raise RequestRefused("bad_url", f"URL has a user or password before its host, which Scrapy does not send (use the http_user and http_pass spider attributes of HttpAuthMiddleware): {redact_url(url)!r:.200}")
     if not parts.scheme:
         raise RequestRefused("bad_url", f"not an absolute URL: {url!r:.200}")
     if parts.scheme.lower() not in _ALLOWED_SCHEMES:
