@@ -96,6 +96,16 @@ def page_text(root: HtmlElement) -> tuple[str, list[list[int | str]]]:
     # starts in ``chunks``.
     stack: list[tuple[Iterator[HtmlElement], HtmlElement, bool, int, int]] = []
     children: Iterator[HtmlElement] = iter(region)
+
+    def close(element: HtmlElement, block: bool, heading: int, start: int) -> None:
+        """The end of an element: its heading's text, a block's break, then its tail."""
+        if heading >= 0:
+            headings[heading][1] = " ".join("".join(chunks[start:]).split())
+        if block:
+            append("\n")
+        if element.tail:
+            append(element.tail)
+
     while True:
         for child in children:
             tag = child.tag
@@ -118,20 +128,10 @@ def page_text(root: HtmlElement) -> tuple[str, list[list[int | str]]]:
                 stack.append((children, child, block, heading, start))
                 children = iter(child)
                 break
-            if heading >= 0:
-                headings[heading][1] = " ".join("".join(chunks[start:]).split())
-            if block:
-                append("\n")
-            if child.tail:
-                append(child.tail)
+            close(child, block, heading, start)
         else:
             if not stack:
                 break
             children, child, block, heading, start = stack.pop()
-            if heading >= 0:
-                headings[heading][1] = " ".join("".join(chunks[start:]).split())
-            if block:
-                append("\n")
-            if child.tail:
-                append(child.tail)
+            close(child, block, heading, start)
     return " ".join("".join(chunks).split()), [h for h in headings if h[1]]
