@@ -92,5 +92,8 @@ def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
     requeued = 0
     for sh, triples, raws in by_shard.values():
         script(keys=[sh.queue], args=[sh.queue_prefix, *triples])
-        requeued += sum(client.lrem(keys.failed, 1, raw) for raw in raws)
+        with client.pipeline(transaction=False) as pipe:
+            for raw in raws:
+                pipe.lrem(keys.failed, 1, raw)
+            requeued += sum(pipe.execute())
     return requeued
