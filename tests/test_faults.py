@@ -99,22 +99,32 @@ def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis
     assert any("Reclaimed" in w.output for w in workers)
 
 
-def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mysql_url, mysql_query):
+def two_workers_100_pages_in(server, site, start_worker, mysql_url, mysql_query):
+    """Two workers crawling ``site`` on the throwaway Redis ``server``, once 100 pages are
+    stored: ``(client of that Redis, workers)``."""
     import redis
 
-    server = throwaway_redis(appendonly="yes", appendfsync="always")
     url = f"redis://127.0.0.1:{server.port}/0"
     client = redis.Redis.from_url(url)
     env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
     workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
     for w in workers:
         w.wait_for("Joined the crawl")
-    client.lpush("site:start_urls", f"{logged_site.url}index.html")
+    client.lpush("site:start_urls", f"{site.url}index.html")
     wait_stored(lambda: count_or_zero(mysql_query), 100)
+    return client, workers
+
+
+def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mysql_url, mysql_query):
+    import redis
+
+    server = throwaway_redis(appendonly="yes", appendfsync="always")
+    client, workers = two_workers_100_pages_in(server, logged_site, start_worker, mysql_url, mysql_query)
     server.stop()
     time.sleep(3)
     server.start()
-    client = redis.Redis.from_url(url)
+    client.close()
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{server.port}/0")
     for w in workers:
         assert w.wait(180) == 0, w.output[-3000:]
     urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
@@ -145,17 +155,8 @@ def test_redis_out_of_memory_mid_crawl(logged_site, start_worker, throwaway_redi
     """Redis at maxmemory with noeviction refuses writes: each worker says so once (with Redis's
     figures), waits without a traceback, keeps beating (no live worker is taken for dead), and
     says once that Redis accepts writes again after maxmemory is raised; nothing is lost."""
-    import redis
-
     server = throwaway_redis(**{"maxmemory-policy": "noeviction"})
-    url = f"redis://127.0.0.1:{server.port}/0"
-    client = redis.Redis.from_url(url)
-    env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
-    workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
-    for w in workers:
-        w.wait_for("Joined the crawl")
-    client.lpush("site:start_urls", f"{logged_site.url}index.html")
-    wait_stored(lambda: count_or_zero(mysql_query), 100)
+    client, workers = two_workers_100_pages_in(server, logged_site, start_worker, mysql_url, mysql_query)
     used = int(client.info("memory")["used_memory"])
     client.config_set("maxmemory", used * 8 // 10)
     for w in workers:
