@@ -10,7 +10,9 @@ on its own, as before.
 
 - **unreachable** (:data:`OUTAGE_ERRORS`: connection errors, timeouts, a Redis Cluster that is
   down or moving slots, a read-only replica after a failover, redis-py failing inside its own
-  connection code): the episode ends with the first call that Redis answers.
+  connection code): the episode ends with the first call that Redis answers
+  :data:`SETTLE_SECONDS` or more after the episode's last connection error (a reply to a call
+  sent before Redis went away, read while it goes, is not a recovery).
 - **out of memory** (``OOM command not allowed when used memory > 'maxmemory'``: Redis at
   ``maxmemory`` with ``maxmemory-policy noeviction``, or a ``volatile-*`` policy and nothing to
   evict): the ERROR line names Redis's used and maximum memory (``INFO memory``, read on a
@@ -55,6 +57,8 @@ UNREACHABLE = "unreachable"
 OUT_OF_MEMORY = "out_of_memory"
 #: Seconds without a refused write before an out-of-memory episode may end.
 QUIET_SECONDS = 5.0
+#: Seconds after the last connection error before an answer ends an outage.
+SETTLE_SECONDS = 1.0
 #: Seconds between two reads of ``INFO memory`` while Redis refuses writes.
 PROBE_SECONDS = 1.0
 
@@ -133,6 +137,7 @@ class RedisHealth:
         self._since = 0.0
         self._episode = 0
         self._last_refused = 0.0
+        self._last_unreachable = 0.0
 
     def failed(self, exc: BaseException) -> bool:
         """Record a Redis error. Returns whether it is an outage or a refusal for lack of
@@ -146,6 +151,8 @@ class RedisHealth:
             if kind == OUT_OF_MEMORY:
                 self._last_refused = now
                 self._inc("frontier/redis_refused_writes")
+            else:
+                self._last_unreachable = now
             if self.state == kind:
                 return True
             self.state, self._since = kind, now
@@ -165,7 +172,7 @@ class RedisHealth:
         if self.state != UNREACHABLE:
             return
         with self._lock:
-            if self.state != UNREACHABLE:
+            if self.state != UNREACHABLE or time.monotonic() - self._last_unreachable < SETTLE_SECONDS:
                 return
             self.state = None
             lasted = time.monotonic() - self._since

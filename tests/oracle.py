@@ -5,6 +5,7 @@ resolves them, skipping the extensions Scrapy's link extractor skips."""
 from __future__ import annotations
 
 from collections import deque
+from functools import cache
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
@@ -12,9 +13,11 @@ import lxml.html
 from scrapy.linkextractors import IGNORED_EXTENSIONS
 
 
-def reachable_pages(root: Path, start: str) -> set[str]:
+@cache
+def reachable_pages(root: Path, start: str) -> frozenset[str]:
     """Paths (relative to ``root``, as URL paths without the leading slash) of the HTML pages
-    reachable from ``start``."""
+    reachable from ``start``. Kept per process: the python docs take seconds to walk, and the
+    files do not change during a test session."""
     base = "http://oracle.invalid/"
     seen = {start}
     pages = set()
@@ -42,4 +45,4 @@ def reachable_pages(root: Path, start: str) -> set[str]:
                 continue
             seen.add(rel)
             todo.append(rel)
-    return pages
+    return frozenset(pages)

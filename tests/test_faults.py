@@ -71,7 +71,10 @@ def count_or_zero(query) -> int:
 
 def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    slower = {**SLOW, "DOWNLOAD_DELAY": "0.5"}  # a crawl of 20 s or more: time for several kills (at 0.25, CI saw it end after 2)
+    # A crawl of 20 s or more: time for several kills. A killed worker's leases come back after
+    # FRONTIER_NODE_TIMEOUT (8 s here, 30 by default), so the crawl does not wait for the last one.
+    slower = {**SLOW, "DOWNLOAD_DELAY": "0.25", "FRONTIER_HEARTBEAT_INTERVAL": "2", "FRONTIER_NODE_TIMEOUT": "8"}
+    pages = len(expected(logged_site))
     workers = [start_worker(settings=slower, env=env) for _ in range(3)]
     for w in workers:
         w.wait_for("Joined the crawl")
@@ -80,7 +83,7 @@ def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis
     victim = workers[0]
     while kills < 8 and any(w.proc.poll() is None for w in workers[1:]):
         time.sleep(3)
-        if count_or_zero(mysql_query) >= len(expected(logged_site)):
+        if count_or_zero(mysql_query) >= pages:
             break
         victim.proc.kill()
         victim.proc.wait()
@@ -140,8 +143,9 @@ def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mys
         # whose reply was lost when Redis stopped)
         after_effects = ("Reclaimed", "rejoining", "without knowing")
         problems = [line for line in redis_lines(w.output) if not any(a in line for a in after_effects)]
-        assert [line for line in problems if " ERROR: " in line] == [line for line in problems if "Redis unreachable" in line], problems
-        assert len(problems) == 2 * ("Redis unreachable" in w.output), problems
+        shown = "\n".join(problems)
+        assert [line for line in problems if " ERROR: " in line] == [line for line in problems if "Redis unreachable" in line], shown
+        assert len(problems) == 2 * ("Redis unreachable" in w.output), shown
         assert w.output.count("Redis is reachable again") == w.output.count("Redis unreachable") and "Traceback" not in w.output
     client.close()
 
