@@ -16,6 +16,10 @@ default on a single Redis) has one shard with scrapy-redis-style names. In each 
 - ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
   fingerprint is always checked in one place), checked and added atomically in the same script
   that queues the request, so two workers never both queue one URL.
+- ``<spider>:dupefilter:feed`` - stream of the fingerprints queued lately, one entry per push
+  call, bounded (``seen_feed`` entries, about): each node's lease calls read what the others
+  queued since its last look (:attr:`Frontier.fed`), so a link that any worker queued is
+  skipped by every worker before it costs a dedup check in Redis.
 - ``<spider>:leases:<node>`` - hash of the requests a node has taken and not yet acknowledged:
   payload -> ``score<TAB>host``. Nothing leaves Redis when a worker takes it; it moves here,
   atomically.
@@ -62,6 +66,8 @@ if TYPE_CHECKING:
 START_PREFIX = START_LEASE_PREFIX.encode()
 #: Shards one refill visits at most, concurrently (a sharded crawl).
 LEASE_FANOUT = 4
+#: Seen-feed entries one lease call reads at most (each one push call's new fingerprints).
+FEED_READ = 100
 
 
 @dataclass(frozen=True)
@@ -206,6 +212,7 @@ class Frontier:
         dedup: DedupConfig | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        seen_feed: int = 0,
     ) -> None:
         """``keys`` with the crawl's shard count (:meth:`Keys.with_shards
         <scrapy_frontier.keys.Keys.with_shards>`); ``dedup``: the dupefilter's layout (exact set
@@ -214,7 +221,8 @@ class Frontier:
         ``concurrency_cap``: requests in flight per host across the cluster (0: none);
         ``wait_replicas``: replicas that must have every push of a page's children (``WAIT``,
         at most ``wait_timeout`` seconds) before its lease, in another shard, is acknowledged
-        (0: no wait)."""
+        (0: no wait); ``seen_feed``: entries of the seen feed each shard keeps, about (one
+        per push call; 0: no feed, neither written nor read)."""
         self.redis = redis
         self.default_rate = default_rate
         self.concurrency_cap = concurrency_cap
@@ -229,6 +237,12 @@ class Frontier:
         self.lease_key = keys.leases(node_id)
         self.start_lease_key = keys.start_leases(node_id)
         self.start_urls_as_set = start_urls_as_set
+        self.seen_feed = seen_feed
+        #: Per shard, the last seen-feed entry read ('$': none yet).
+        self._feed_last = ["$" if seen_feed else ""] * len(self.shards)
+        #: What the other nodes queued, from the seen feed: lists of packed-layout members (or hex
+        #: fingerprints in the other layouts) joined by ``,``; the caller empties it.
+        self.fed: list[bytes] = []
         self._as_set = _flag(start_urls_as_set)
         #: Seconds until a queued host is due, from the last lease call (-1: nothing queued seen).
         self.next_due_in = -1.0
@@ -285,9 +299,9 @@ class Frontier:
             args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0)
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0, self.node_id, self.seen_feed)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
-        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom], args
+        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed], args
 
     async def _replicated(self, pipe_fill: Any, node_key: str) -> list[Any]:
         """Run ``pipe_fill(pipe)``'s commands and then ``WAIT wait_replicas`` on one connection
@@ -409,15 +423,19 @@ class Frontier:
 
     async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[bytes]]:
         """One shard's lease call: (ms until its earliest host is due, -1 if none; the payloads),
-        each payload's host remembered for its acknowledgement."""
+        each payload's host remembered for its acknowledgement, the seen feed's news in
+        :attr:`fed`."""
         sh = self.shards[i]
-        due, *reply = await self._lease(
-            keys=[sh.queue, sh.leases(self.node_id), sh.rates],
-            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix],
+        due, feed_last, news, *reply = await self._lease(
+            keys=[sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed],
+            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ],
         )
+        if self.seen_feed:
+            self._feed_last[i] = feed_last.decode()
+            self.fed += reply[:news]
         payloads: list[bytes] = []
         hosts = self._lease_host
-        j = 0
+        j = news
         while j < len(reply):
             host, k = reply[j], int(reply[j + 1])
             group = reply[j + 2 : j + 2 + k]

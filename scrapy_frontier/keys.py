@@ -123,6 +123,13 @@ class Shard:
         return self.dupefilter + ":bloom"
 
     @property
+    def seen_feed(self) -> str:
+        """Stream of the fingerprints the shard's dupefilter took in lately, one entry per push
+        call (``lua/frontier_push.lua``), read by every node's lease calls: a node's local
+        first look learns what the others queued."""
+        return self.dupefilter + ":feed"
+
+    @property
     def bloom_bits_prefix(self) -> str:
         return self.bloom + ":"
 

@@ -260,3 +260,55 @@ def test_clear_removes_the_queued_count_and_keeps_the_dead_letters(redis_url):
         return bool(await r.exists(counter)), await r.llen(KEYS.failed)
 
     assert run(with_frontier(redis_url, go)) == (False, 1)
+
+
+def test_the_seen_feed_tells_each_node_what_the_others_queued(redis_url):
+    """Node b's lease calls hand it the fingerprints node a queued since b last looked (not
+    its own, not the duplicates a pushed, nothing before b's first look), in one list per push."""
+    import hashlib
+
+    from scrapy_frontier.dupefilter import DedupConfig
+
+    packed = DedupConfig()
+    fp = {u: hashlib.sha1(u.encode()).hexdigest() for u in "abcde"}
+
+    async def go(r):
+        a = Frontier(r, KEYS, "a", seen_feed=100, dedup=packed)
+        b = Frontier(r, KEYS, "b", seen_feed=100, dedup=packed)
+        await a.push([entry("a", fp=fp["a"])])
+        await b.lease(1)  # b's first look: it starts from the newest entry
+        first = list(b.fed)
+        await a.push([entry("b", fp=fp["b"]), entry("c", fp=fp["c"]), entry("a", fp=fp["a"])])
+        await b.push([entry("d", fp=fp["d"])])
+        await a.push([entry("e", fp=fp["e"])])
+        b.fed.clear()
+        await b.lease(1)
+        after = list(b.fed)
+        await b.lease(1)  # nothing new since
+        again = list(b.fed)
+        await a.lease(1)
+        return first, after, again, a.fed, await r.xlen(KEYS.shard(0).seen_feed)
+
+    async def main():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            return await go(client)
+        finally:
+            await client.aclose()
+
+    first, after, again, a_fed, entries = run(main())
+    member = {u: str(packed.packed_bucket(f)[1]).encode() for u, f in fp.items()}
+    assert first == []
+    assert after == [member["b"] + b"," + member["c"], member["e"]]
+    assert again == after
+    assert a_fed == []  # a's first look starts from the newest too
+    assert entries == 4
+
+
+def test_no_seen_feed_is_written_or_read_when_off(redis_url):
+    async def go(f, r):
+        await f.push([entry("a"), entry("b")])
+        await f.lease(2)
+        return f.fed, await r.exists(KEYS.shard(0).seen_feed)
+
+    assert run(with_frontier(redis_url, go)) == ([], 0)

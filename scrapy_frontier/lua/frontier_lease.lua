@@ -9,14 +9,17 @@
 -- (frontier_push) brings it back at once, so no call walks over capped hosts.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
--- KEYS[3] rates hash (the shard's copy of <spider>:rates)
+-- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed
 -- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n,
 -- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
--- ARGV[5] politeness prefix (+ host = the host's politeness hash)
+-- ARGV[5] politeness prefix (+ host = the host's politeness hash), ARGV[6] the last seen-feed
+-- entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this node's
+-- id, ARGV[8] feed entries to read at most
 -- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
 -- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
--- clock is never compared with the server's); then, for each host leased from, the host, how
--- many, and its payloads.
+-- clock is never compared with the server's); then the seen feed (frontier_push): the id of the
+-- last entry read ('' without a feed), k, and the k fingerprint lists that other nodes pushed
+-- since ARGV[6]; then, for each host leased from, the host, how many, and its payloads.
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
@@ -26,7 +29,22 @@ local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 -- no live rate at all (the usual case): no HGET of the rates per host
 local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
-local out = {}
+-- the seen feed: what the other nodes queued since this node last looked
+local feed_last, feed = ARGV[6], {}
+if feed_last == '$' then
+  local newest = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+  feed_last = newest[1] and newest[1][1] or '0-0'
+elseif feed_last ~= '' then
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[4], '(' .. feed_last, '+', 'COUNT', tonumber(ARGV[8]))) do
+    feed_last = entry[1]
+    local f = entry[2]
+    -- fields n (node), f (fingerprints), as frontier_push writes them
+    if f[2] ~= ARGV[7] then feed[#feed + 1] = f[4] end
+  end
+end
+local out = {'', feed_last, #feed}
+for _, fps in ipairs(feed) do out[#out + 1] = fps end
+local head = #out
 local fields = {}
 local left = hosts
 while want > 0 and #left > 0 do
@@ -79,7 +97,7 @@ while want > 0 and #left > 0 do
     end
     if want <= 0 then break end
   end
-  if #next_round == #left and want > 0 and #out == 0 then break end
+  if #next_round == #left and want > 0 and #out == head then break end
   left = next_round
 end
 -- every lease of the call in one HSET (unpack takes a few thousand values at most: in chunks)
@@ -90,5 +108,5 @@ queued_flush(prefix)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local due_in = -1
 if first[2] then due_in = math.max(0, tonumber(first[2]) - now) end
-table.insert(out, 1, tostring(due_in))
+out[1] = tostring(due_in)
 return out

@@ -5,7 +5,8 @@
 -- are of the shard's hosts, the leases acknowledged in the shard's lease hash of this node.
 -- KEYS[1] dupefilter, KEYS[2] the shard's hosts index (<spider>:requests), KEYS[3] this node's
 -- lease hash, KEYS[4] failed list (unsharded; a sharded crawl pushes dead letters apart and
--- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash
+-- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash,
+-- KEYS[7] the shard's seen feed (a stream: what every worker's local first look learns from)
 -- ARGV[1] queue prefix (+ host = the host's queue),
 -- ARGV[2] n_groups, ARGV[3] n_ack_groups, ARGV[4] n_failed, then
 --   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host
@@ -13,10 +14,15 @@
 --     fingerprint's int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
 --   n_ack_groups x (host ('' for start URLs' leases, '?' when unknown: each lease's own is read),
 --     k, then k lease fields);
---   n_failed x dead-letter entry (JSON), then the last eight:
+--   n_failed x dead-letter entry (JSON), then the last ten:
 --   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
 --   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom
---   error rate, concurrency cap per host (0 = none), report duplicates (1/0)
+--   error rate, concurrency cap per host (0 = none), report duplicates (1/0), this node's id,
+--   seen feed length (entries kept, about; 0 = no feed)
+-- The fingerprints new to the dupefilter go to the seen feed in one XADD (fields n = node id,
+-- f = their packed members, or hex fingerprints, joined by ','), which frontier_lease hands to
+-- the other workers: a worker skips a link that any worker queued, not only one it queued
+-- itself, so N workers do not each check every URL in Redis (one SADD per worker).
 -- Per group one RPUSH of its new requests and, per host acknowledged, one HDEL and one HINCRBY
 -- of its in-flight count; the acknowledgement that takes a host below its cap brings it back
 -- in the hosts index now (frontier_lease parked it).
@@ -27,10 +33,12 @@
 --! include frontier_queue
 local prefix = ARGV[1]
 local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
-local pprefix, BITS = ARGV[#ARGV - 7], ARGV[#ARGV - 6]
-local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 5], tonumber(ARGV[#ARGV - 4]), tonumber(ARGV[#ARGV - 3]), tonumber(ARGV[#ARGV - 2])
-local CAP = tonumber(ARGV[#ARGV - 1])
-local duplicates = ARGV[#ARGV] == '1' and {} or nil
+local pprefix, BITS = ARGV[#ARGV - 9], ARGV[#ARGV - 8]
+local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 7], tonumber(ARGV[#ARGV - 6]), tonumber(ARGV[#ARGV - 5]), tonumber(ARGV[#ARGV - 4])
+local CAP = tonumber(ARGV[#ARGV - 3])
+local duplicates = ARGV[#ARGV - 2] == '1' and {} or nil
+local NODE, FEED = ARGV[#ARGV - 1], tonumber(ARGV[#ARGV])
+local fed = FEED > 0 and {} or nil
 local NOW = redis_now_ms()
 local now = NOW
 --! include dupefilter_seen
@@ -44,8 +52,11 @@ for _ = 1, ng do
   local new = {}
   for _ = 1, k do
     local a = ARGV[i]
-    if a == '' or (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then
+    if a == '' then
       new[#new + 1] = ARGV[i + 2]
+    elseif (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then
+      new[#new + 1] = ARGV[i + 2]
+      if fed then fed[#fed + 1] = packed and ARGV[i + 1] or a end
     elseif duplicates then
       duplicates[#duplicates + 1] = i + 2
     end
@@ -58,6 +69,9 @@ for _ = 1, ng do
 end
 bloom_flush()
 queued_flush(prefix)
+if fed and #fed > 0 then
+  redis.call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
+end
 for _ = 1, na do
   local host, k = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2

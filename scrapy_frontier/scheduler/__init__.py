@@ -68,6 +68,10 @@ _REDIS_ERRORS = OUTAGE_ERRORS
 _PUSH_BATCH = 1000
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
+#: Entries each frontier shard's seen feed keeps, about (one per push call, ~60 fingerprints):
+#: a few seconds of a busy crawl. A worker that looks less often misses some, which costs it
+#: only dedup checks in Redis.
+SEEN_FEED_ENTRIES = 500
 
 
 def _payload_request(payload: str | bytes) -> str:
@@ -126,9 +130,10 @@ class FrontierScheduler(BaseScheduler):
         self.spider: Spider | None = None
         self.frontier: Frontier | None = None
         self._local: deque[Request] = deque()
-        #: Fingerprints this worker has queued (bounded; cleared when full): a local first look
-        #: before the shared dupefilter.
-        self._seen: set[bytes] = set()
+        #: Fingerprints (their first 64 bits, as the packed dupefilter keeps them) this worker has
+        #: queued, or learnt from the seen feed that another worker queued (bounded; cleared when
+        #: full): a local first look before the shared dupefilter.
+        self._seen: set[int] = set()
         self._to_push: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -225,6 +230,8 @@ class FrontierScheduler(BaseScheduler):
             dedup=self.dedup,
             wait_replicas=self._wait_replicas_for(client),
             wait_timeout=self.wait_timeout,
+            # a recrawl age lets a URL through again: a worker must not skip it on another's word
+            seen_feed=SEEN_FEED_ENTRIES if self.local_seen_max and self.dedup.layout != "zset" else 0,
         )
         self._loop = asyncio.get_running_loop()
         self._rates: dict[bytes, bytes] | None = None
@@ -349,7 +356,7 @@ class FrontierScheduler(BaseScheduler):
         digest = b""
         if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
             digest = self.crawler.request_fingerprinter.fingerprint(request)
-            if self.local_seen_max and digest in self._seen:
+            if self.local_seen_max and int.from_bytes(digest[:8], "big", signed=True) in self._seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
                 # spare the serialization and the bytes to Redis.
                 self._filtered(request)
@@ -364,7 +371,7 @@ class FrontierScheduler(BaseScheduler):
         if digest and self.local_seen_max:
             if len(self._seen) >= self.local_seen_max:
                 self._seen.clear()
-            self._seen.add(digest)
+            self._seen.add(int.from_bytes(digest[:8], "big", signed=True))
         self._to_push.append(Entry(fingerprint, slot_of(urlparse_cached(request).hostname), -request.priority, payload))
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
@@ -543,7 +550,23 @@ class FrontierScheduler(BaseScheduler):
             self.leases.take(payload, request)
             self._local.append(request)
         self.stats.inc_value("frontier/leased", len(payloads))
+        if self.frontier.fed:
+            self._learn(self.frontier.fed)
+            self.frontier.fed = []
         return len(payloads)
+
+    def _learn(self, fed: list[bytes]) -> None:
+        """Add to the local first look what other workers queued (the seen feed's lists)."""
+        packed = self.dedup.layout == "packed"
+        seen = self._seen
+        learnt = 0
+        for blob in fed:
+            for item in blob.split(b","):
+                if len(seen) >= self.local_seen_max:
+                    seen.clear()
+                seen.add(int(item) if packed else int.from_bytes(bytes.fromhex(item[:16].decode()), "big", signed=True))
+                learnt += 1
+        self.stats.inc_value("frontier/seen_feed", learnt)
 
     async def _feed_start_urls(self) -> None:
         raws = await self.frontier.take_start_urls(self.start_batch)
