@@ -1,7 +1,8 @@
 """The speed-and-scale benchmark, end to end, in one command.
 
     python3 bench/run.py [--pages 20000] [--items 100000] [--memory-requests 3000000]
-                         [--dedup-urls 10000000] [--only PART ...] [--skip PART ...]
+                         [--dedup-urls 10000000] [--cache-items 100000] [--only PART ...]
+                         [--skip PART ...]
 
 Parts (in this order; ``--only``/``--skip`` take these names):
 
@@ -18,6 +19,8 @@ Parts (in this order; ``--only``/``--skip`` take these names):
   dupefilter at DEDUP_URLS URLs (bench/dedup_memory.py);
 - ``queue``: Redis bytes per queued request at QUEUE_REQUESTS requests over 1,000 hosts and over
   a tenth as many hosts as requests (bench/queue_memory.py);
+- ``cache``: Redis bytes per cached item (3 KB pages) of the lean item cache (the default) and
+  of the whole-item cache (``REDIS_CACHE_ITEMS``) at CACHE_ITEMS items (bench/item_cache.py);
 - ``broad``: a broad crawl, BROAD_HOSTS hosts of BROAD_PAGES pages, at most 2 requests in flight
   per host: plain Scrapy against this project with one and two workers, rounds interleaved
   (``--repeat``), and one profiled run: Redis's time per script (bench/broad.py).
@@ -54,7 +57,7 @@ if str(ROOT) not in sys.path:
 from bench import memory, speed, storage  # noqa: E402
 from bench.speed import OUT  # noqa: E402
 
-PARTS = ("crawl", "storage", "mysql", "memory", "dedup", "queue", "broad")
+PARTS = ("crawl", "storage", "mysql", "memory", "dedup", "queue", "cache", "broad")
 #: (name, mode, workers) of the crawl part; the first is the baseline of every ratio.
 CRAWLS = (
     ("plain Scrapy", "plain", 1),
@@ -73,6 +76,7 @@ TARGETS = {
     "bloom": ("bytes/URL at a false-positive rate <= 1e-6", "<=", 4.0),
     "packed": ("bytes/URL, exact", "<=", 16.0),
     "queue": ("bytes per queued request", "<=", 100.0),
+    "cache": ("bytes per cached item, lean cache", "<=", 150.0),
     "broad, this project, 1 worker": ("ratio to plain Scrapy", ">=", 1.0),
     "broad, this project, 2 workers": ("ratio to plain Scrapy", ">=", 1.9),
 }
@@ -207,6 +211,19 @@ def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
         results["queue"].append(r)
 
 
+def run_cache(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    """bench/item_cache.py in a process of its own, at CACHE_ITEMS items."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, str(ROOT / "bench" / "item_cache.py"), "--items", str(args.cache_items)]
+    print("cache:", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"cache: bench/item_cache.py failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+        return
+    results["cache"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("cache:", results["cache"], flush=True)
+
+
 def run_broad(args: argparse.Namespace, results: dict[str, Any]) -> None:
     from bench import broad
 
@@ -245,6 +262,9 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if results.get("queue"):
         worst = max(r["bytes_per_request"] for r in results["queue"])
         put("queue", worst, worst <= TARGETS["queue"][2])
+    if "cache" in results:
+        lean = results["cache"]["lean"]["bytes_per_item"]
+        put("cache", lean, lean <= TARGETS["cache"][2])
     if "broad" in results:
         for name in ("this project, 1 worker", "this project, 2 workers"):
             ratio = results["broad"]["ratio"].get(name)
@@ -319,6 +339,11 @@ def markdown(results: dict[str, Any]) -> str:
     for q in results.get("queue") or ():
         t = v.get("queue", {})
         rows.append(f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over {q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |")
+    c = results.get("cache")
+    if c:
+        met = "met" if v.get("cache", {}).get("met") else "NOT met"
+        rows.append(f"| Redis bytes per cached item, lean cache (the default) | {c['lean']['bytes_per_item']} at {c['items']:,} items | <= 150: {met} |")
+        rows.append(f"| Redis bytes per cached item, whole items (`REDIS_CACHE_ITEMS`, {c['text_bytes']:,}-byte texts) | {c['full']['bytes_per_item']:,} at {c['items']:,} items | |")
     if rows:
         lines += ["| measure | result | target |", "|---|---|---|", *rows, ""]
     return "\n".join(lines)
@@ -408,6 +433,7 @@ def main() -> None:
     parser.add_argument("--dedup-json", metavar="FILE", help="take the dedup figures from FILE (a bench/out/dedup.json of an earlier run) instead of running it")
     parser.add_argument("--dedup-queries", type=int, default=1_000_000, help="fresh URLs asked of the dedup filters (false positives)")
     parser.add_argument("--queue-requests", type=int, default=10_000_000, help="requests queued by the queue part")
+    parser.add_argument("--cache-items", type=int, default=100_000, help="items sent through the item cache by the cache part")
     parser.add_argument("--broad-hosts", type=int, default=300, help="hosts of the broad crawl")
     parser.add_argument("--broad-pages", type=int, default=40, help="pages per host of the broad crawl")
     parser.add_argument("--redis", default=None, help="Redis database URL for the crawls (its site:* keys are deleted); default: a throwaway redis-server")
@@ -440,6 +466,8 @@ def main() -> None:
         run_dedup(args, results)
     if "queue" in args.parts:
         run_queue(args, results)
+    if "cache" in args.parts:
+        run_cache(args, results)
     if "broad" in args.parts:
         run_broad(args, results)
     results["verdicts"] = verdicts(results)

@@ -413,13 +413,20 @@ class RedisCluster:
     each (``redis-cli --cluster create ... --cluster-replicas 1``), node timeout 2 s."""
 
     def __init__(self, directory: Path, masters: int = 3) -> None:
-        self.nodes: list[RedisServer] = []
-        for i in range(2 * masters):
-            d = directory / f"node{i}"
-            d.mkdir(parents=True)
-            self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no", "repl-diskless-sync-delay": "0"}))
-        create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-replicas", "1", "--cluster-yes"]
-        subprocess.run(create, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=60)
+        for attempt in range(2):  # once more on new ports if a node or the create step fails
+            self.nodes: list[RedisServer] = []
+            for i in range(2 * masters):
+                d = directory / f"try{attempt}" / f"node{i}"
+                d.mkdir(parents=True)
+                self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no", "repl-diskless-sync-delay": "0"}))
+            create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-replicas", "1", "--cluster-yes"]
+            done = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+            if done.returncode == 0:
+                break
+            self.stop()
+            if attempt:
+                raise AssertionError(f"redis-cli --cluster create failed (status {done.returncode}): {done.stdout[-2000:]}")
+            print(f"redis-cli --cluster create failed, trying new ports: {done.stdout[-500:]}")
         self.wait_ok()
 
     @property

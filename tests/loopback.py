@@ -15,11 +15,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_cluster_port(host: str = "127.0.0.1") -> int:
-    """A free port whose Redis Cluster bus port (port + 10000) is free too and below 65536."""
+    """A free port whose Redis Cluster bus port (port + 10000) is free too, both below Linux's
+    ephemeral range (32768 and up: ``ip_local_port_range``), so that no outgoing connection of
+    another test, nor :func:`free_port`, takes one between this check and the node's start."""
     import random
 
     for _ in range(200):
-        port = random.randint(20000, 50000)
+        port = random.randint(10000, 22000)
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind((host, port))

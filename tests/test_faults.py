@@ -6,6 +6,7 @@ leases left, pending items left."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -268,7 +269,10 @@ def test_sigterm_returns_leases_at_once(logged_site, start_worker, redis_url, re
         time.sleep(0.1)
     handed_back = time.monotonic() - stopped_at
     assert holder.wait(30) == 0
-    assert "requests not yet started to the frontier" in holder.output
+    # at the engine's stop (the frontier task's next tick), or when the spider closes, if that
+    # comes first (a loaded machine): either way at once, not after the node timeout
+    handed = re.search(r"returned (\d+) requests not yet started to the frontier|Returned (\d+) leased requests to the frontier", holder.output)
+    assert handed and int(handed.group(1) or handed.group(2)) >= 40, holder.output[-3000:]
     assert other.wait(180) == 0, other.output[-3000:]
     urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
     figures = report("sigterm", logged_site, urls, redis_client)
