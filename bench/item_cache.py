@@ -17,19 +17,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import redis
 from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
+from bench.speed import RedisServer
 from crawler.items import Page
 from scrapy_frontier.pipelines.cache import BATCH_MAX, RedisCachePipeline
 from scrapy_frontier.signals import items_stored
-from tests.conftest import RedisServer
 
 
 def page(i: int, text_bytes: int) -> Page:
@@ -77,17 +75,11 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--text-bytes", type=int, default=3000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(Path(tmp))  # a redis-server of its own (tests/conftest.py)
-        url = f"redis://127.0.0.1:{server.port}/0"
-        try:
-            out = {"items": args.items, "text_bytes": args.text_bytes}
-            out["lean"] = asyncio.run(fill(url, args.items, args.text_bytes, whole=False))
-            out["full"] = asyncio.run(fill(url, args.items, args.text_bytes, whole=True))
-            print(json.dumps(out))
-        finally:
-            server.stop()
-
+    with RedisServer() as server:  # a redis-server of its own
+        out = {"items": args.items, "text_bytes": args.text_bytes}
+        out["lean"] = asyncio.run(fill(server.url, args.items, args.text_bytes, whole=False))
+        out["full"] = asyncio.run(fill(server.url, args.items, args.text_bytes, whole=True))
+        print(json.dumps(out))
 
 if __name__ == "__main__":
     main()

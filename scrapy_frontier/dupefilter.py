@@ -59,6 +59,12 @@ class DupefilterMismatch(Exception):
     """The dupefilter in Redis was written with another fingerprinter or layout."""
 
 
+def fingerprint_int64(digest: bytes) -> int:
+    """The first 64 bits of a fingerprint's bytes as a signed integer: the packed layout's member,
+    and what a worker's local first look keeps of a fingerprint."""
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 @dataclass(frozen=True)
 class DedupConfig:
     """How this worker dedups: ``mode`` is ``exact`` or ``bloom``; ``recrawl_age`` in seconds
@@ -108,7 +114,7 @@ class DedupConfig:
     def packed_bucket(self, fingerprint: str, shards: int = 1) -> tuple[int, int]:
         """(bucket, member) of hex ``fingerprint`` in the packed layout (:meth:`packed_member`);
         the bucket's key is ``<dupefilter>:<bucket>``."""
-        member = int.from_bytes(bytes.fromhex(fingerprint[:16]), "big", signed=True)
+        member = fingerprint_int64(bytes.fromhex(fingerprint[:16]))
         per_shard = max(1, -(-self.buckets // max(1, shards)))
         return int(fingerprint[16:24], 16) % per_shard, member
 

@@ -41,7 +41,7 @@ from scrapy_frontier.connection import (
     sync_redis,
 )
 from scrapy_frontier.deadletter import DeadLetters
-from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprinter_id, record_shards
+from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprint_int64, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
 from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
@@ -354,9 +354,11 @@ class FrontierScheduler(BaseScheduler):
         # same, as a start request or as a link found in a page, so they are deduplicated too.
         fingerprint = ""
         digest = b""
+        seen_key = 0
         if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
             digest = self.crawler.request_fingerprinter.fingerprint(request)
-            if self.local_seen_max and int.from_bytes(digest[:8], "big", signed=True) in self._seen:
+            seen_key = fingerprint_int64(digest)
+            if self.local_seen_max and seen_key in self._seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
                 # spare the serialization and the bytes to Redis.
                 self._filtered(request)
@@ -371,7 +373,7 @@ class FrontierScheduler(BaseScheduler):
         if digest and self.local_seen_max:
             if len(self._seen) >= self.local_seen_max:
                 self._seen.clear()
-            self._seen.add(int.from_bytes(digest[:8], "big", signed=True))
+            self._seen.add(seen_key)
         self._to_push.append(Entry(fingerprint, slot_of(urlparse_cached(request).hostname), -request.priority, payload))
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
@@ -564,7 +566,7 @@ class FrontierScheduler(BaseScheduler):
             for item in blob.split(b","):
                 if len(seen) >= self.local_seen_max:
                     seen.clear()
-                seen.add(int(item) if packed else int.from_bytes(bytes.fromhex(item[:16].decode()), "big", signed=True))
+                seen.add(int(item) if packed else fingerprint_int64(bytes.fromhex(item[:16].decode())))
                 learnt += 1
         self.stats.inc_value("frontier/seen_feed", learnt)
 
