@@ -224,9 +224,11 @@ def test_the_documented_redis_cli_recipes_work_on_a_password_protected_redis(thr
     assert "p#ss" not in worker.output and quote(password, safe="") not in worker.output
 
 
-def read_pty(argv: list[str], env: dict[str, str], seconds: float) -> bytes:
-    """Run ``python -m scrapy argv`` on a pseudo-terminal for ``seconds``, then Ctrl-C (SIGINT);
-    returns what it wrote. Exit status 0 is asserted."""
+def read_pty(argv: list[str], env: dict[str, str], enough, timeout: float = 60) -> bytes:
+    """Run ``python -m scrapy argv`` on a pseudo-terminal until ``enough(output)`` is true (or
+    ``timeout`` seconds pass), then Ctrl-C (SIGINT); returns what it wrote. Exit status 0 is
+    asserted. Waiting for the output, not for a fixed time, keeps a loaded machine's slow start
+    from failing the test."""
     import os
     import pty
     import select
@@ -237,9 +239,9 @@ def read_pty(argv: list[str], env: dict[str, str], seconds: float) -> bytes:
         os.chdir(ROOT)
         os.execve(sys.executable, [sys.executable, "-m", "scrapy", *argv], {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "xterm", **env})
     out = b""
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not enough(out):
             if select.select([fd], [], [], 0.1)[0]:
                 try:
                     out += os.read(fd, 65536)
@@ -257,23 +259,30 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
     redis_client.hset("site:stats", "pages", 3)
     redis_client.lpush("site:start_urls", "http://a.example/")
     env = {"REDIS_URL": redis_url}
-    screen = read_pty(["status", "site", "--watch", "0.3"], env, 3)
+    screen = read_pty(["status", "site", "--watch", "0.3"], env, lambda out: out.count(b"\x1b[J") >= 3)
     frames = screen.split(b"\x1b[H")[1:]  # cursor home starts each frame
-    assert len(frames) >= 2 and screen.startswith(b"\x1b[H"), screen[:500]
-    for frame in frames[:-1]:
+    assert len(frames) >= 3 and screen.startswith(b"\x1b[H"), screen[:500]
+    for frame in frames[:2]:  # the whole frames (the last may be cut by Ctrl-C)
         assert frame.startswith(b"every 0.3s: scrapy status site"), frame
         assert b"  progress: 3 pages done, 1 to go (75%)" in frame
         assert b"1 start URL waiting" in frame and b"\x1b[J" in frame  # the rest of the screen cleared
 
     # a pipe: the same text appended, no terminal codes
+    frame_text = "crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n"
     proc = subprocess.Popen([sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, stdout=subprocess.PIPE, text=True)
-    time.sleep(3)
+    piped, deadline = "", time.monotonic() + 60
+    while piped.count(frame_text) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        piped += line
     proc.send_signal(2)
-    piped, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0 and "\x1b" not in piped and piped.count("crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n") >= 2, piped
+    rest, _ = proc.communicate(timeout=30)
+    piped += rest
+    assert proc.returncode == 0 and "\x1b" not in piped and piped.count(frame_text) >= 2, piped
     # --json, even on a terminal: one object per line, as before
-    lines = read_pty(["status", "site", "--watch", "0.3", "--json"], env, 3).decode().splitlines()
-    assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:-1])
+    lines = read_pty(["status", "site", "--watch", "0.3", "--json"], env, lambda out: out.count(b"\n") >= 3).decode().splitlines()
+    assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:2])
 
 
 def test_command_output_says_one_thing_not_one_things(redis_url, redis_client):
