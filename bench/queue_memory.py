@@ -71,13 +71,13 @@ async def fill(url: str, requests: int, hosts: int) -> dict:
         chunk = hosts_seen[start : start + 1000]
         with sync.pipeline(transaction=False) as pipe:
             for host in chunk:
-                pipe.zrange(keys.queue_prefix.encode() + host, 0, -1)  # its priorities
+                pipe.zrange(keys.queue_prefix.encode() + host, 0, -1)  # its priorities but 0
             priorities = pipe.execute()
         with sync.pipeline(transaction=False) as pipe:
             for host, scores in zip(chunk, priorities):
                 q = keys.queue_prefix.encode() + host
                 pipe.memory_usage(q, samples=0)
-                for score in scores:
+                for score in {b"0", *scores}:  # priority 0's list has no entry in q
                     pipe.memory_usage(q + b"#" + score, samples=0)  # a priority's list
             total += sum(n or 0 for n in pipe.execute())
     total += sync.memory_usage(keys.queue_prefix + "@queued", samples=0) or 0

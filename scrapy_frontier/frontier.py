@@ -9,10 +9,11 @@ default on a single Redis) has one shard with scrapy-redis-style names. In each 
   the time (Unix ms, the Redis server's clock) the host may next be served. Taking requests
   walks the hosts that are due, a few from each, so a host with a long queue never holds back
   the others.
-- ``<spider>:requests:<host>`` - sorted set of the priorities the host has requests of (member
-  = score = -priority), and ``<spider>:requests:<host>#<score>`` a list of serialized requests
-  per priority, oldest first (``lua/frontier_queue.lua``: lists stay in Redis's compact
-  listpack encoding, a sorted set of requests would not).
+- ``<spider>:requests:<host>#<score>`` - a list of serialized requests per priority (score =
+  -priority), oldest first, each in its compact form (:func:`compact_payload`: the host is in
+  the key), and ``<spider>:requests:<host>`` the sorted set of the host's other priorities than
+  0 (member = score); priority 0, the default, needs no entry (``lua/frontier_queue.lua``: lists
+  stay in Redis's compact listpack encoding, a sorted set of requests would not).
 - ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
   fingerprint is always checked in one place), checked and added atomically in the same script
   that queues the request, so two workers never both queue one URL.
@@ -188,12 +189,33 @@ def slot_of(host: str | None) -> str:
     return host + "." if host == "failed" else host
 
 
-def _push_reply(reply: Any, args: Sequence[Any], duplicates: list[Any] | None) -> int:
+#: The start of a JSON payload (:func:`scrapy_frontier.serialize.request_to_json` writes the URL first).
+_URL_OPEN = '{"url":"'
+#: What may follow a URL's host: its port, path, query or fragment, or the URL's end (RFC 3986 3.2.2).
+_AFTER_HOST = frozenset(':/?#"')
+
+
+def compact_payload(payload: str, host: str) -> str:
+    """The queued form of a request's JSON ``payload`` in the queue of ``host`` (a URL's host, as
+    :func:`slot_of` names it): ``{"url":"<scheme>://<host>`` at its start is written ``<scheme>:``
+    (``{"url":"https://example.com/a"}`` -> ``https:/a"}``), since the queue's key holds the host.
+    That is 10 bytes plus the host's length less a request (about 35 on the web's host names).
+    The lease script writes the JSON back (``queue_expand``, ``lua/frontier_queue.lua``), so
+    leases, acknowledgements and dead letters hold the JSON as before. Any other payload (a host
+    written in capitals, an IP v6 literal, a start URL's JSON) is returned as it is."""
+    for scheme in ("https", "http"):
+        opening = f"{_URL_OPEN}{scheme}://{host}"
+        if payload.startswith(opening) and payload[len(opening) : len(opening) + 1] in _AFTER_HOST:
+            return f"{scheme}:{payload[len(opening):]}"
+    return payload
+
+
+def _push_reply(reply: Any, full: dict[int, str] | None, duplicates: list[Any] | None) -> int:
     """The count of a frontier_push reply; with ``duplicates``, the payloads its ARGV indexes
-    name are appended to it."""
-    if duplicates is None:
+    name (``full``: ARGV index -> the request's JSON) are appended to it."""
+    if duplicates is None or full is None:
         return int(reply)
-    duplicates.extend(args[int(i) - 1] for i in reply[1:])
+    duplicates.extend(full[int(i)] for i in reply[1:])
     return int(reply[0])
 
 
@@ -266,13 +288,15 @@ class Frontier:
     # -- push and acknowledge ---------------------------------------------------------------
 
     async def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], duplicates: list[Any] | None = None) -> int:
-        keys, args = self._push_args(sh, entries, acks, failed, duplicates is not None)
-        return _push_reply(await self._push(keys=keys, args=args), args, duplicates)
+        full: dict[int, str] | None = {} if duplicates is not None else None
+        keys, args = self._push_args(sh, entries, acks, failed, full)
+        return _push_reply(await self._push(keys=keys, args=args), full, duplicates)
 
-    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], report: bool = False) -> tuple[list[str], list[Any]]:
+    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], full: dict[int, str] | None = None) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
-        the entries grouped by host and priority, the acknowledgements by host; ``report`` asks
-        for the duplicates found."""
+        the entries grouped by host and priority, each payload in its compact form
+        (:func:`compact_payload`), the acknowledgements by host. ``full``, when given, asks for
+        the duplicates found and gets each payload's JSON by its ARGV index (1-based)."""
         groups: dict[tuple[str, Any], list[Any]] = {}
         packed = self.dedup.layout == "packed"
         shards = len(self.shards)
@@ -281,25 +305,34 @@ class Frontier:
             group = groups.get((e.host, e.score))
             if group is None:
                 group = groups[(e.host, e.score)] = []
+            payload = compact_payload(e.payload, e.host)
             if not e.fingerprint:
-                group += ("", "", e.payload)
+                group += ("", "", payload)
             elif packed:
                 bucket, member = self.dedup.packed_bucket(e.fingerprint, shards)
-                group += (bucket_prefix + str(bucket), member, e.payload)
+                group += (bucket_prefix + str(bucket), member, payload)
             else:
-                group += (e.fingerprint, "", e.payload)
+                group += (e.fingerprint, "", payload)
+            if full is not None:
+                group.append(e.payload)  # taken out again below
         ack_groups: dict[bytes, list[bytes]] = defaultdict(list)
         for a in acks:
             # the lease's host, so the script needs no HGET to find it ('?': the script looks)
             ack_groups[b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?")].append(a)
         args: list[Any] = [sh.queue_prefix, len(groups), len(ack_groups), len(failed)]
         for (host, score), group in groups.items():
-            args += (host, score, len(group) // 3, *group)
+            if full is None:
+                args += (host, score, len(group) // 3, *group)
+                continue
+            args += (host, score, len(group) // 4)
+            for j in range(0, len(group), 4):
+                args += group[j : j + 3]
+                full[len(args)] = group[j + 3]  # the payload's ARGV index (1-based) -> its JSON
         for host, fields in ack_groups.items():
             args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0, self.node_id, self.seen_feed)
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 0 if full is None else 1, self.node_id, self.seen_feed)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
         return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed], args
 
@@ -329,10 +362,11 @@ class Frontier:
         raise AssertionError("unreachable")
 
     async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes], duplicates: list[Any] | None = None) -> int:
-        keys, args = self._push_args(sh, entries, acks, [], duplicates is not None)
+        full: dict[int, str] | None = {} if duplicates is not None else None
+        keys, args = self._push_args(sh, entries, acks, [], full)
         # execute_command: redis-py's cluster pipeline refuses its evalsha() method, not the command
         (reply,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
-        return _push_reply(reply, args, duplicates)
+        return _push_reply(reply, full, duplicates)
 
     async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = (), duplicates: list[Any] | None = None) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases

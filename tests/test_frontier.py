@@ -8,7 +8,7 @@ import redis
 import redis.asyncio
 from scrapy.settings import Settings
 
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, compact_payload, slot_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.nodes import Heartbeat
 
@@ -107,6 +107,82 @@ def test_first_in_first_out_within_a_priority(redis_url):
         return served, served_again, after_release
 
     assert run(with_frontier(redis_url, go)) == (["high"], ["z", "y"], ["high", "z", "y", "x", "w"])
+
+
+def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redis_url):
+    """The queue's key holds the host, so the payload in the list does not; priority 0 (the
+    default) needs no entry in the host's sorted set of priorities; what a lease, the lease
+    hash and a duplicate report give is the request's JSON, byte for byte."""
+    payloads = {
+        "https://www.example.com/a?b=1": '{"url":"https://www.example.com/a?b=1","meta":{"depth":2}}',
+        "http://www.example.com:8080/p": '{"url":"http://www.example.com:8080/p","callback":"parse_item"}',
+        "https://www.example.com": '{"url":"https://www.example.com"}',
+        "https://www.example.com.evil/": '{"url":"https://www.example.com.evil/"}',  # not this host: kept whole
+    }
+    host = "www.example.com"
+    q = KEYS.queue_prefix + host
+
+    async def go(f, r):
+        assert await f.push([Entry(url, host, 0, payload) for url, payload in payloads.items()]) == 4
+        stored = await r.lrange(q + "#0", 0, -1)
+        assert not await r.exists(q)  # no sorted set for priority 0
+        duplicates: list = []
+        assert await f.push([Entry("https://www.example.com/a?b=1", host, 0, payloads["https://www.example.com/a?b=1"])], duplicates=duplicates) == 0
+        taken = await f.lease(10)
+        assert sorted(await r.hkeys(f.lease_key)) == sorted(taken)
+        assert not await r.exists(q + "#0") and not await r.exists(q) and await r.zcard(KEYS.slots) == 0
+        return stored, duplicates, taken
+
+    stored, duplicates, taken = run(with_frontier(redis_url, go))
+    assert stored == [b'https:/a?b=1","meta":{"depth":2}}', b'http::8080/p","callback":"parse_item"}', b'https:"}', b'{"url":"https://www.example.com.evil/"}']
+    assert duplicates == [payloads["https://www.example.com/a?b=1"]]
+    assert taken == [p.encode() for p in payloads.values()]
+
+
+def test_compact_payload_keeps_whatever_it_cannot_write_back():
+    assert compact_payload('{"url":"https://h.example/x"}', "h.example") == 'https:/x"}'
+    assert compact_payload('{"url":"https://H.example/x"}', "h.example") == '{"url":"https://H.example/x"}'  # the host as written
+    assert compact_payload('{"url":"http://[::1]:80/x"}', "::1") == '{"url":"http://[::1]:80/x"}'
+    assert compact_payload('{"url":"https://h.examples/x"}', "h.example") == '{"url":"https://h.examples/x"}'
+    assert compact_payload('{"url":"ftp://h.example/x"}', "h.example") == '{"url":"ftp://h.example/x"}'
+    assert compact_payload('{"meta":{},"url":"https://h.example/x"}', "h.example") == '{"meta":{},"url":"https://h.example/x"}'
+
+
+def test_priorities_around_the_default_are_served_in_order(redis_url):
+    """Priority 0's list is looked at between the higher priorities (negative scores, in the
+    host's sorted set) and the lower ones."""
+
+    async def go(f, r):
+        await f.push([entry("low", score=3), entry("default"), entry("high", score=-5), entry("default2")])
+        assert await r.zrange(KEYS.queue_prefix + "h", 0, -1) == [b"-5", b"3"]
+        served = [json.loads(p)["url"] for p in await f.lease(1)]
+        served += [json.loads(p)["url"] for p in await f.lease(1)]
+        served += [json.loads(p)["url"] for p in await f.lease(10)]
+        keys_left = await r.keys(KEYS.queue_prefix + "h*")
+        return served, keys_left
+
+    assert run(with_frontier(redis_url, go)) == (["high", "default", "default2", "low"], [])
+
+
+def test_a_queue_written_before_is_read_and_counted_once(redis_url):
+    """A host's queue as the version before wrote it (priority 0 in the sorted set, JSON
+    payloads): every request is served, in priority order, and counted once."""
+    q = KEYS.queue_prefix + "old.example"
+
+    async def go(f, r):
+        await r.zadd(q, {"0": 0, "-2": -2})
+        await r.rpush(q + "#0", '{"url":"https://old.example/a"}', '{"url":"https://old.example/b"}')
+        await r.rpush(q + "#-2", '{"url":"https://old.example/first"}')
+        await r.zadd(KEYS.slots, {"old.example": 0})
+        depth = (await f.status(deep=True)).depth
+        await f.push([entry("https://old.example/c", host="old.example")])
+        served = [json.loads(p)["url"] for p in await f.lease(10)]
+        return depth, served, await r.keys(KEYS.queue_prefix + "old.example*"), await r.zcard(KEYS.slots)
+
+    depth, served, left, hosts = run(with_frontier(redis_url, go))
+    assert depth == 3
+    assert served == ["https://old.example/first", "https://old.example/a", "https://old.example/b", "https://old.example/c"]
+    assert left == [] and hosts == 0
 
 
 def test_release_returns_leases_and_start_urls(redis_url):

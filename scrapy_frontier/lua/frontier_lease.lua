@@ -64,7 +64,7 @@ while want > 0 and #left > 0 do
       if rate > 0 then take = 1 end
       if cap > 0 then take = math.min(take, cap - inflight) end
       local q = prefix .. host
-      local groups, got, empty = queue_pop(q, take)
+      local groups, got, empty = queue_pop(q, host, take)
       if got > 0 then
         out[#out + 1] = host
         out[#out + 1] = got

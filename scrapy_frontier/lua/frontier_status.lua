@@ -7,6 +7,7 @@
 -- The queued requests are the shard's count (<queue prefix>@queued, frontier_queue); a shard
 -- without one (new, or queued by a version that kept none) is counted once, every host's
 -- lists, and the count kept from then on.
+--! include frontier_queue
 local hosts = redis.call('ZCARD', KEYS[1])
 local depth = 0
 if ARGV[3] == '1' then
@@ -16,8 +17,7 @@ if ARGV[3] == '1' then
     depth = math.max(0, tonumber(kept))
   else
     for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-      local q = ARGV[1] .. host
-      for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do depth = depth + redis.call('LLEN', q .. '#' .. score) end
+      depth = depth + queue_len(ARGV[1] .. host)
     end
     redis.call('SET', counter, depth)
   end
