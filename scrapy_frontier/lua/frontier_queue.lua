@@ -10,9 +10,10 @@
 -- Invariants the scripts keep (each is atomic): a list other than <q>#0 exists only while its
 -- priority is in <q>, and <q> or <q>#0 exists only while its host is in the shard's hosts index;
 -- so a push onto a list that already had requests needs no ZADD.
--- A payload is a request's JSON (serialize.request_to_json), or its compact form (the first
--- byte is not '{'): the JSON with its opening '{"url":"<scheme>://<host>' written '<scheme>:',
--- the host being the queue's own (frontier.compact_payload). queue_pop gives the JSON back.
+-- A payload is a request's JSON (serialize.request_to_json, '{' first), or its compact form,
+-- the JSON after its opening '{"url":"https://<host>' (the host being the queue's own; after
+-- '{"url":"http://<host>' with an 'h' before it): frontier.compact_payload. What follows a host
+-- is one of ':/?#"', never '{' or 'h'. queue_pop gives the JSON back (one concatenation).
 -- The shard's queued-request count is the string <queue prefix>@queued ('@' never appears in a
 -- host name): moved by each script once, at its end (queued_flush), and only once it exists, so
 -- that a queue written before it was kept is counted whole first (frontier_status, deep).
@@ -48,12 +49,6 @@ local function queue_add_all(q, score, payloads)
   end
   return false
 end
--- a queued payload as JSON: a compact one (not starting with '{') gets its URL's start back
-local function queue_expand(payload, host)
-  if string.byte(payload, 1) == 123 then return payload end
-  local c = string.find(payload, ':', 1, true)
-  return '{"url":"' .. string.sub(payload, 1, c) .. '//' .. host .. string.sub(payload, c + 1)
-end
 local function queue_pop(q, host, n)
   local out = {}
   local taken = 0
@@ -71,7 +66,12 @@ local function queue_pop(q, host, n)
     local list = q .. '#' .. score
     if not got and score ~= '0' then got = redis.call('LPOP', list, n) end
     if got then
-      for j = 1, #got do got[j] = queue_expand(got[j], host) end
+      -- the JSON back, inline (a function call per request would cost Redis more than the rest)
+      local https, http, byte = '{"url":"https://' .. host, '{"url":"http://' .. host, string.byte
+      for j = 1, #got do
+        local b = byte(got[j], 1)
+        if b == 104 then got[j] = http .. string.sub(got[j], 2) elseif b ~= 123 then got[j] = https .. got[j] end
+      end
       out[#out + 1] = {score, got}
       n = n - #got
       taken = taken + #got
