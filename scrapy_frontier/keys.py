@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: The frontier: the index of hosts that have requests, ``<spider>:requests`` (a sorted set,
-#: score = when the host may next be served, Unix ms); per host, ``<spider>:requests:<host>``, a
-#: sorted set of its priorities (member = score = -priority), and a list of requests per
-#: priority, ``<spider>:requests:<host>#<score>`` (``lua/frontier_queue.lua``).
+#: score = when the host may next be served, Unix ms); per host, a list of requests per
+#: priority, ``<spider>:requests:<host>#<score>`` (score = -priority), and
+#: ``<spider>:requests:<host>``, a sorted set of its priorities other than 0 (member = score;
+#: ``lua/frontier_queue.lua``).
 SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
 #: Fingerprints of every request ever enqueued (hex SHA-1 from the crawler's request fingerprinter).
 SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
