@@ -54,11 +54,13 @@ FAST = {
 
 def queued_requests(client: redis.Redis, prefix: bytes = b"site:requests:") -> int:
     """Requests queued in an unsharded frontier: every host of ``site:requests``, each priority
-    list of its queue (scrapy_frontier/lua/frontier_queue.lua)."""
+    list of its queue (scrapy_frontier/lua/frontier_queue.lua: priority 0's list, and one per
+    score in the host's sorted set of the other priorities)."""
     total = 0
     for host in client.zrange(prefix[:-1], 0, -1):
         queue = prefix + host
-        total += sum(client.llen(queue + b"#" + score) for score in client.zrange(queue, 0, -1))
+        scores = {b"0", *client.zrange(queue, 0, -1)}
+        total += sum(client.llen(queue + b"#" + score) for score in scores)
     return total
 
 
