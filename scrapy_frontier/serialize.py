@@ -268,6 +268,8 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
     try:
         data = json.loads(text)
     except ValueError as exc:
+        if text[0] not in '{["':  # a digit first: a URL without its scheme (127.0.0.1:8080/x), not JSON
+            return Request(check_url(text)), []
         raise RequestRefused("bad_json", f"payload looks like JSON but does not parse ({exc})") from None
     if isinstance(data, str):
         return Request(check_url(data)), []

@@ -333,6 +333,7 @@ def test_clear_removes_the_queued_count_and_keeps_the_dead_letters(redis_url):
         await r.lpush(KEYS.failed, b"{}")
         assert int(await r.get(counter)) == 2
         await f.clear()
+        assert (await f.status(deep=True)).depth == 0  # `scrapy status` after the crawl: writes nothing back
         return bool(await r.exists(counter)), await r.llen(KEYS.failed)
 
     assert run(with_frontier(redis_url, go)) == (False, 1)

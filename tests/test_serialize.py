@@ -103,6 +103,8 @@ def test_json_object_fields(spider):
         ('{"url": "http://h/", "priority": "high"}', "bad_field"),
         ('{"url": "http://h/", "meta": [1]}', "bad_field"),
         ('{"url": ', "bad_json"),
+        ("127.0.0.5:8085/library/os.html", "bad_url"),  # a URL without its scheme, not broken JSON
+        ("127.0.0.5/x", "bad_url"),
         ('{"url": "http://h/", "meta": {"depth": "x"}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"download_timeout": "abc"}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"dont_retry": 1}}', "bad_field"),

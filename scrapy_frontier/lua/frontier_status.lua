@@ -19,7 +19,8 @@ if ARGV[3] == '1' then
     for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
       depth = depth + queue_len(ARGV[1] .. host)
     end
-    redis.call('SET', counter, depth)
+    -- kept from now on, once the shard has queues: a status call writes nothing to an empty one
+    if hosts > 0 then redis.call('SET', counter, depth) end
   end
 end
 local inflight = 0

@@ -611,7 +611,8 @@ class FrontierScheduler(BaseScheduler):
 
     def _reclaimed(self, leases: int, nodes: int) -> None:
         self._loop.call_soon_threadsafe(self.stats.inc_value, "frontier/reclaimed", leases)
-        logger.warning("Reclaimed %s from %s", plural(leases, "lease"), plural(nodes, "dead node"))
+        # a dead node that held nothing (it stopped between batches) is worth a line, not a warning
+        logger.log(logging.WARNING if leases else logging.INFO, "Reclaimed %s from %s", plural(leases, "lease"), plural(nodes, "dead node"))
 
     # -- idle -----------------------------------------------------------------------------
 
