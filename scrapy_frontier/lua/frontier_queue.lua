@@ -57,6 +57,7 @@ local function queue_pop(q, host, n)
   while n > 0 do
     -- the highest indexed priority, unless priority 0 comes first (scores >= 0: priorities <= 0)
     local score = redis.call('ZRANGE', q, 0, 0)[1]
+    local indexed = score ~= nil
     local got
     if score == nil or tonumber(score) >= 0 then
       got = redis.call('LPOP', zero, n)
@@ -67,10 +68,10 @@ local function queue_pop(q, host, n)
     if not got and score ~= '0' then got = redis.call('LPOP', list, n) end
     if got then
       -- the JSON back, inline (a function call per request would cost Redis more than the rest)
-      local https, http, byte = '{"url":"https://' .. host, '{"url":"http://' .. host, string.byte
       for j = 1, #got do
-        local b = byte(got[j], 1)
-        if b == 104 then got[j] = http .. string.sub(got[j], 2) elseif b ~= 123 then got[j] = https .. got[j] end
+        local p = got[j]
+        local b = string.byte(p, 1)
+        if b == 104 then got[j] = '{"url":"http://' .. host .. string.sub(p, 2) elseif b ~= 123 then got[j] = '{"url":"https://' .. host .. p end
       end
       out[#out + 1] = {score, got}
       n = n - #got
@@ -78,6 +79,8 @@ local function queue_pop(q, host, n)
     end
     -- fewer than asked: the list is gone; as many: look
     if n > 0 or redis.call('EXISTS', list) == 0 then
+      -- priority 0's list gone and no sorted set: the queue is empty, nothing more to look at
+      if not indexed then empty = true break end
       redis.call('ZREM', q, score)
       if redis.call('EXISTS', q, zero) == 0 then empty = true break end
     end
