@@ -290,6 +290,10 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
         if not isinstance(callback, str) or not callable(getattr(spider, callback, None)) or callback.startswith("_"):
             raise RequestRefused("bad_field", f"callback {callback!r:.100} is not a method of spider {spider.name!r}")
         kwargs["callback"] = getattr(spider, callback)
+        try:
+            method_name(spider, kwargs["callback"])  # what the frontier will ask of it (a static method fails)
+        except RequestRefused as exc:
+            raise RequestRefused("bad_field", str(exc)) from None
     if "meta" in kwargs:
         kwargs["meta"] = {k: v for k, v in kwargs["meta"].items() if not k.startswith(PRIVATE_META_PREFIX)}
         for key, value in kwargs["meta"].items():

@@ -23,6 +23,10 @@ class S(Spider):
     def on_error(self, failure):
         pass
 
+    @staticmethod
+    def helper(response):
+        pass
+
 
 def foreign(response):
     pass
@@ -100,6 +104,7 @@ def test_json_object_fields(spider):
         (b"\xff\xfe\x00http", "not_utf8"),
         ('{"url": "http://h/", "callback": "_private"}', "bad_field"),
         ('{"url": "http://h/", "callback": "nope"}', "bad_field"),
+        ('{"url": "http://h/", "callback": "helper"}', "bad_field"),  # a static method: a queued request could not name it
         ('{"url": "http://h/", "priority": "high"}', "bad_field"),
         ('{"url": "http://h/", "meta": [1]}', "bad_field"),
         ('{"url": ', "bad_json"),
