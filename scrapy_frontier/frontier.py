@@ -290,16 +290,17 @@ class Frontier:
     # -- push and acknowledge ---------------------------------------------------------------
 
     async def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], duplicates: list[Any] | None = None) -> int:
-        full: dict[int, str] | None = {} if duplicates is not None else None
-        keys, args = self._push_args(sh, entries, acks, failed, full)
+        keys, args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)
         return _push_reply(await self._push(keys=keys, args=args), full, duplicates)
 
-    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], full: dict[int, str] | None = None) -> tuple[list[str], list[Any]]:
+    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], report: bool = False) -> tuple[list[str], list[Any], dict[int, str] | None]:
         """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
         the entries grouped by host and priority, each payload in its compact form
-        (:func:`compact_payload`), the acknowledgements by host. ``full``, when given, asks for
-        the duplicates found and gets each payload's JSON by its ARGV index (1-based)."""
+        (:func:`compact_payload`), the acknowledgements by host. ``report`` asks for the
+        duplicates found; then the third value maps each payload's ARGV index (1-based) to the
+        request's JSON (else None)."""
         groups: dict[tuple[str, Any], list[Any]] = {}
+        originals: dict[tuple[str, Any], list[str]] = defaultdict(list)
         packed = self.dedup.layout == "packed"
         shards = len(self.shards)
         bucket_prefix = sh.dupefilter + ":"
@@ -315,28 +316,26 @@ class Frontier:
                 group += (bucket_prefix + str(bucket), member, payload)
             else:
                 group += (e.fingerprint, "", payload)
-            if full is not None:
-                group.append(e.payload)  # taken out again below
+            if report:
+                originals[(e.host, e.score)].append(e.payload)
         ack_groups: dict[bytes, list[bytes]] = defaultdict(list)
         for a in acks:
             # the lease's host, so the script needs no HGET to find it ('?': the script looks)
             ack_groups[b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?")].append(a)
         args: list[Any] = [sh.queue_prefix, len(groups), len(ack_groups), len(failed)]
-        for (host, score), group in groups.items():
-            if full is None:
-                args += (host, score, len(group) // 3, *group)
-                continue
-            args += (host, score, len(group) // 4)
-            for j in range(0, len(group), 4):
-                args += group[j : j + 3]
-                full[len(args)] = group[j + 3]  # the payload's ARGV index (1-based) -> its JSON
+        full: dict[int, str] | None = {} if report else None
+        for key, group in groups.items():
+            args += (*key, len(group) // 3)
+            if full is not None:  # (dedup key, member, payload) each: the payload's ARGV index, 1-based
+                full.update((len(args) + 3 * k + 3, payload) for k, payload in enumerate(originals[key]))
+            args += group
         for host, fields in ack_groups.items():
             args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 0 if full is None else 1, self.node_id, self.seen_feed)
+        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0, self.node_id, self.seen_feed)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
-        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed], args
+        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed], args, full
 
     async def _replicated(self, pipe_fill: Any, node_key: str) -> list[Any]:
         """Run ``pipe_fill(pipe)``'s commands and then ``WAIT wait_replicas`` on one connection
@@ -364,8 +363,7 @@ class Frontier:
         raise AssertionError("unreachable")
 
     async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes], duplicates: list[Any] | None = None) -> int:
-        full: dict[int, str] | None = {} if duplicates is not None else None
-        keys, args = self._push_args(sh, entries, acks, [], full)
+        keys, args, full = self._push_args(sh, entries, acks, [], duplicates is not None)
         # execute_command: redis-py's cluster pipeline refuses its evalsha() method, not the command
         (reply,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
         return _push_reply(reply, full, duplicates)

@@ -24,30 +24,32 @@
 -- n in all), how many, and whether the queue is now empty (its keys gone); queue_len(q) -> the
 -- requests queued; queued_flush(prefix).
 local queued_delta = 0
+-- the list of a score, and the score as its key writes it (priority 0's is '0', however written)
+local function queue_list(q, score)
+  if tonumber(score) == 0 then return q .. '#0', '0' end
+  return q .. '#' .. score, score
+end
+-- a list that is new: its priority goes in <q>, but 0's; true, for the caller (see Defines)
+local function queue_listed(q, score)
+  if score ~= '0' then redis.call('ZADD', q, 'NX', score, score) end
+  return true
+end
 local function queue_add(q, score, payload, front)
-  if tonumber(score) == 0 then score = '0' end
-  local list = q .. '#' .. score
+  local list
+  list, score = queue_list(q, score)
   local len
   if front then len = redis.call('LPUSH', list, payload) else len = redis.call('RPUSH', list, payload) end
   queued_delta = queued_delta + 1
-  if len == 1 then
-    if score ~= '0' then redis.call('ZADD', q, 'NX', score, score) end
-    return true
-  end
-  return false
+  return len == 1 and queue_listed(q, score)
 end
 -- queue_add_all(q, score, payloads): queue_add of each, oldest first, in one RPUSH per 1000.
 local function queue_add_all(q, score, payloads)
-  if tonumber(score) == 0 then score = '0' end
-  local list = q .. '#' .. score
+  local list
+  list, score = queue_list(q, score)
   local len = 0
   for j = 1, #payloads, 1000 do len = redis.call('RPUSH', list, unpack(payloads, j, math.min(j + 999, #payloads))) end
   queued_delta = queued_delta + #payloads
-  if len == #payloads then
-    if score ~= '0' then redis.call('ZADD', q, 'NX', score, score) end
-    return true
-  end
-  return false
+  return len == #payloads and queue_listed(q, score)
 end
 local function queue_pop(q, host, n)
   local out = {}
