@@ -9,6 +9,7 @@ are not stored.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,9 @@ def request_from_json(payload: str | bytes, spider: Spider) -> Request:
 #: Characters that never appear in a host, even an internationalized one (RFC 3986 section 3.2.2):
 #: white space, controls, and the delimiters "<>\"{}|\\^`".
 _BAD_HOST_CHARS = re.compile(r'[\s\x00-\x1f\x7f<>"{}|\\^`]')
+#: A host whose last label is all digits: an IPv4 address or nothing (a resolver would look up
+#: ``256.1.1.1`` in DNS as a name).
+_NUMERIC_LABEL = re.compile(r"(?:^|\.)[0-9]+\.?$")
 
 
 #: The longest URL accepted, in characters: Scrapy's ``URLLENGTH_LIMIT`` default (the limit its
@@ -208,6 +212,11 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_url", f"URL has no host: {url!r:.200}")
     if _BAD_HOST_CHARS.search(host):
         raise RequestRefused("bad_url", f"host {host!r:.100} has characters a host name cannot have (RFC 3986 section 3.2.2): {url!r:.200}")
+    if _NUMERIC_LABEL.search(host) and ":" not in host:
+        try:
+            ipaddress.IPv4Address(host.removesuffix("."))
+        except ValueError:
+            raise RequestRefused("bad_url", f"host {host!r:.100} ends with a number but is not an IPv4 address (four numbers 0-255, RFC 3986 section 3.2.2; no top-level domain is all digits, RFC 3696 section 2): {url!r:.200}") from None
     try:
         return safe_url_string(url)
     except (ValueError, UnicodeError) as exc:  # what urlsplit lets through and w3lib does not

@@ -110,6 +110,10 @@ def test_json_object_fields(spider):
         ('{"url": ', "bad_json"),
         ("127.0.0.5:8085/library/os.html", "bad_url"),  # a URL without its scheme, not broken JSON
         ("127.0.0.5/x", "bad_url"),
+        ("http://256.1.1.1/", "bad_url"),  # not an address: a resolver would look it up in DNS
+        ("http://127.0.0.01/", "bad_url"),
+        ("http://1.2.3/", "bad_url"),
+        ("http://10.0.0.1.5/", "bad_url"),
         ('{"url": "http://h/", "meta": {"depth": "x"}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"download_timeout": "abc"}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"dont_retry": 1}}', "bad_field"),
