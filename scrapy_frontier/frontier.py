@@ -13,7 +13,13 @@ default on a single Redis) has one shard with scrapy-redis-style names. In each 
   -priority), oldest first, each in its compact form (:func:`compact_payload`: the host is in
   the key), and ``<spider>:requests:<host>`` the sorted set of the host's other priorities than
   0 (member = score); priority 0, the default, needs no entry (``lua/frontier_queue.lua``: lists
-  stay in Redis's compact listpack encoding, a sorted set of requests would not).
+  stay in Redis's compact listpack encoding, a sorted set of requests would not);
+  ``<spider>:requests:@ranked`` the set of hosts that have such a sorted set, read for every
+  host of a lease call in one command (made once for a crawl queued before it: :func:`mark_ranked`).
+- ``<spider>:politeness:@inflight`` - hash, host -> its leases in flight across the cluster
+  (absent: none), for ``DOMAIN_CONCURRENCY``; ``<spider>:politeness:<host>`` the host's rate
+  state, only for a host with a rate or slowed down (:attr:`Keys.politeness_prefix
+  <scrapy_frontier.keys.Keys.politeness_prefix>`).
 - ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
   fingerprint is always checked in one place), checked and added atomically in the same script
   that queues the request, so two workers never both queue one URL.
@@ -174,6 +180,35 @@ def _unreplay(client: sync_redis.Redis, keys: Keys, node: str) -> int:
     while client.lmove(keys.items_replaying(node), keys.items_pending, "LEFT", "RIGHT"):
         moved += 1
     return moved
+
+
+async def mark_ranked(redis: Redis, keys: Keys, batch: int = 1000) -> int:
+    """Once per crawl (``ranked`` in ``<spider>:dupefilter:meta``): put every queued host that
+    has a sorted set of priorities in its shard's :attr:`Shard.ranked <scrapy_frontier.keys.Shard.ranked>`
+    set. A crawl queued by a version before that set was kept (2026-12-03) would otherwise
+    serve such a host's priority-0 requests before its higher priorities until they run out. A
+    new crawl's index is empty: one read. Walks each shard's hosts index (``ZSCAN``, ``batch``
+    a round trip) and looks at each host's sorted set (one pipelined ``EXISTS`` each), off the
+    Lua scripts, so Redis is never blocked. Returns how many hosts it added."""
+    if await redis.hget(keys.dupefilter_meta, "ranked"):
+        return 0
+    added = 0
+    for sh in keys.all_shards():
+        cursor = 0
+        while True:
+            cursor, members = await redis.zscan(sh.queue, cursor, count=batch)
+            hosts = [h for h, _ in members]
+            if hosts:
+                async with redis.pipeline(transaction=False) as pipe:
+                    for h in hosts:
+                        pipe.exists(sh.queue_prefix.encode() + h)
+                    found = [h for h, n in zip(hosts, await pipe.execute()) if n]
+                if found:
+                    added += await redis.sadd(sh.ranked, *found)
+            if not cursor:
+                break
+    await redis.hset(keys.dupefilter_meta, "ranked", 1)
+    return added
 
 
 def now_ms() -> int:

@@ -139,6 +139,20 @@ class Shard:
         """Hosts of the shard that need a send-time check (:attr:`Keys.limited`)."""
         return self.politeness_prefix + "@limited"
 
+    @property
+    def inflight(self) -> str:
+        """Hash of the shard's hosts with leases in flight: host -> how many, across the cluster
+        (absent: none), held under ``DOMAIN_CONCURRENCY`` by the lease script, which reads
+        every host of a call in one ``HMGET``."""
+        return self.politeness_prefix + "@inflight"
+
+    @property
+    def ranked(self) -> str:
+        """Set of the shard's hosts whose queue has priorities other than 0 (a sorted set of
+        them, ``lua/frontier_queue.lua``): a host not in it is served from its priority-0 list
+        with no look at the sorted set."""
+        return self.queue_prefix + "@ranked"
+
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id
 
@@ -346,8 +360,10 @@ class Keys:
           rate of its own got when it was first slowed down, kept while ``factor`` < 1.
         - ``robots_delay`` (seconds): the host's robots.txt Crawl-delay; ``1 / robots_delay`` caps
           the rate.
-        - ``inflight``: requests of the host leased across the cluster and not yet acknowledged,
-          held under ``DOMAIN_CONCURRENCY`` by the lease script."""
+
+        The hash exists only for a host with a rate or a slow-down; the requests of a host in
+        flight are counted in the shard's :attr:`Shard.inflight` hash (an ``inflight`` field
+        here was written by versions before 2026-12-03, and is no longer read)."""
         return f"{self.crawl}:politeness:"
 
     @property

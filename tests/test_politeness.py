@@ -165,4 +165,5 @@ def test_concurrency_cap_holds_across_workers(recording_server, start_workers, r
     print(f"FIGURES DOMAIN_CONCURRENCY=2, two workers of 8: most requests at once {server.most_at_once()}")
     assert len(server.times("/site/")) == 30
     assert server.most_at_once() == 2
-    assert redis_client.hget("site:politeness:127.0.0.15", "inflight") == b"0"  # every lease counted back
+    assert redis_client.hget("site:politeness:@inflight", "127.0.0.15") is None  # every lease counted back
+    assert not redis_client.exists("site:politeness:127.0.0.15")  # a host without a rate has no politeness hash

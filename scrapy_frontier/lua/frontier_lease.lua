@@ -7,6 +7,14 @@
 -- Such a host is re-scored to the time it is due, so it never holds back the others; a host at
 -- its cap is parked PARK_MS ahead, and the acknowledgement that takes it below the cap
 -- (frontier_push) brings it back at once, so no call walks over capped hosts.
+-- What the walk needs of every host is read for all of them first, each in one command: the
+-- leases in flight (the shard's in-flight hash, <politeness prefix>@inflight: host -> count,
+-- absent = 0), whether the host has politeness state to read (in the limited set, a live rate,
+-- or a default rate: else its politeness hash is not read), and whether it has priorities
+-- other than 0 (@ranked, frontier_queue); the new scores and counts are written at the end,
+-- each in one command. So a host costs its LPOP (and an EXISTS when it gave as many as asked:
+-- is its list gone?), and its HMGET only when it has a rate or is limited: a broad crawl, one
+-- or two requests a host a call, costs little more per request than a single host.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
 -- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed
@@ -26,8 +34,9 @@
 local PARK_MS = 30000
 local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local INFLIGHT = pprefix .. '@inflight'
 local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
--- no live rate at all (the usual case): no HGET of the rates per host
+-- no live rate at all (the usual case): no HMGET of the rates
 local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
 -- the seen feed: what the other nodes queued since this node last looked
 local feed_last, feed = ARGV[6], {}
@@ -45,26 +54,52 @@ end
 local out = {'', feed_last, #feed}
 for _, fps in ipairs(feed) do out[#out + 1] = fps end
 local head = #out
+-- one command for every host of the call (in chunks: unpack takes a few thousand values at most)
+local function each(cmd, key, list)
+  local all = {}
+  for j = 1, #list, 1000 do
+    local part = redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
+    for k = 1, #part do all[#all + 1] = part[k] end
+  end
+  return all
+end
+local held, rated, ranked, live = {}, {}, {}, {}
+if #hosts > 0 then
+  local counts = each('HMGET', INFLIGHT, hosts)
+  local limited = each('SMISMEMBER', pprefix .. '@limited', hosts)
+  local sets = each('SMISMEMBER', prefix .. '@ranked', hosts)
+  local rates = rates_key and each('HMGET', rates_key, hosts)
+  for j, host in ipairs(hosts) do
+    held[host] = math.max(0, tonumber(counts[j] or 0))
+    ranked[host] = sets[j] == 1
+    live[host] = rates and num(rates[j]) or nil
+    rated[host] = default_rate > 0 or limited[j] == 1 or live[host] ~= nil
+  end
+end
 local fields = {}
+-- each host's new score in the index (false: out of it) and new in-flight count, written at
+-- the end; the walk reads only its own list of hosts, never the index
+local rescore, counted = {}, {}
 local left = hosts
 while want > 0 and #left > 0 do
   local next_round = {}
   for idx, host in ipairs(left) do
     local take = math.ceil(want / (#left - idx + 1))
-    local rate, next_lease, pause, _, inflight = policy(pprefix .. host, rates_key, host, default_rate, 'next')
+    local inflight = held[host]
+    local rate, next_lease, pause = 0, 0, 0
+    if rated[host] then rate, next_lease, pause = policy_of(pprefix .. host, live[host], default_rate, 'next') end
     local due = math.max(next_lease, pause)
     if due > now then
-      redis.call('ZADD', KEYS[1], due, host)
+      rescore[host] = due
       take = 0
     elseif cap > 0 and inflight >= cap then
-      redis.call('ZADD', KEYS[1], now + PARK_MS, host)
+      rescore[host] = now + PARK_MS
       take = 0
     end
     if take > 0 then
       if rate > 0 then take = 1 end
       if cap > 0 then take = math.min(take, cap - inflight) end
-      local q = prefix .. host
-      local groups, got, empty = queue_pop(q, host, take)
+      local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
       if got > 0 then
         out[#out + 1] = host
         out[#out + 1] = got
@@ -78,20 +113,18 @@ while want > 0 and #left > 0 do
         end
       end
       want = want - got
-      local held = inflight + got
-      -- inflight was read above, in this same atomic call: one HSET sets it with the due time
+      held[host] = inflight + got
+      if got > 0 then counted[host] = true end
       local ready = now
       if rate > 0 then
         ready = now + math.ceil(1000 / rate)
-        redis.call('HSET', pprefix .. host, 'inflight', held, 'next', ready)
-      elseif got > 0 then
-        redis.call('HSET', pprefix .. host, 'inflight', held)
+        redis.call('HSET', pprefix .. host, 'next', ready)
       end
-      if cap > 0 and held >= cap then ready = math.max(ready, now + PARK_MS) end
+      if cap > 0 and held[host] >= cap then ready = math.max(ready, now + PARK_MS) end
       if empty then
-        redis.call('ZREM', KEYS[1], host)
+        rescore[host] = false
       else
-        redis.call('ZADD', KEYS[1], ready, host)
+        rescore[host] = ready
         if ready <= now then next_round[#next_round + 1] = host end
       end
     end
@@ -100,10 +133,27 @@ while want > 0 and #left > 0 do
   if #next_round == #left and want > 0 and #out == head then break end
   left = next_round
 end
--- every lease of the call in one HSET (unpack takes a few thousand values at most: in chunks)
-for j = 1, #fields, 2000 do
-  redis.call('HSET', KEYS[2], unpack(fields, j, math.min(j + 1999, #fields)))
+-- every lease of the call in one HSET, every new score in one ZADD, and so on (in chunks)
+local function flush(cmd, key, list, step)
+  for j = 1, #list, step do redis.call(cmd, key, unpack(list, j, math.min(j + step - 1, #list))) end
 end
+flush('HSET', KEYS[2], fields, 2000)
+local scores, gone, counts = {}, {}, {}
+for host, score in pairs(rescore) do
+  if score then
+    scores[#scores + 1] = score
+    scores[#scores + 1] = host
+  else
+    gone[#gone + 1] = host
+  end
+end
+for host in pairs(counted) do
+  counts[#counts + 1] = host
+  counts[#counts + 1] = held[host]
+end
+flush('ZADD', KEYS[1], scores, 2000)
+flush('ZREM', KEYS[1], gone, 1000)
+flush('HSET', INFLIGHT, counts, 2000)
 queued_flush(prefix)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local due_in = -1

@@ -23,9 +23,9 @@
 -- f = their packed members, or hex fingerprints, joined by ','), which frontier_lease hands to
 -- the other workers: a worker skips a link that any worker queued, not only one it queued
 -- itself, so N workers do not each check every URL in Redis (one SADD per worker).
--- Per group one RPUSH of its new requests and, per host acknowledged, one HDEL and one HINCRBY
--- of its in-flight count; the acknowledgement that takes a host below its cap brings it back
--- in the hosts index now (frontier_lease parked it).
+-- Per group one RPUSH of its new requests; the acknowledgements in a few commands whatever
+-- their hosts (below); the acknowledgement that takes a host below its cap brings it back in
+-- the hosts index now (frontier_lease parked it).
 -- The time (a new host's due time, the recrawl age) is the server's (redis_time).
 -- Returns how many requests were queued; with report 1, {queued, then the ARGV index of each
 -- duplicate's payload} (the caller logs them: Scrapy's dupefilter log, DUPEFILTER_DEBUG).
@@ -63,7 +63,7 @@ for _ = 1, ng do
     i = i + 3
   end
   if #new > 0 then
-    if queue_add_all(prefix .. host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now, host) end
+    if queue_add_all(prefix, host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now, host) end
     added = added + #new
   end
 end
@@ -72,10 +72,15 @@ queued_flush(prefix)
 if fed and #fed > 0 then
   redis.call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
 end
+-- the acknowledgements: the leases of the hosts the caller named in one HDEL (with one HMGET
+-- first when they are of several hosts, to count each host's: a lease reclaimed meanwhile is
+-- not there any more), each '?' lease looked up; then the in-flight counts of every host that
+-- ended leases in one HMGET and one HSET (one HDEL for those back to 0)
+local INFLIGHT = pprefix .. '@inflight'
+local ended, named, owner, owners = {}, {}, {}, 0
 for _ = 1, na do
   local host, k = ARGV[i], tonumber(ARGV[i + 1])
   i = i + 2
-  local ended = {}
   if host == '?' then
     for j = i, i + k - 1 do
       local val = redis.call('HGET', KEYS[3], ARGV[j])
@@ -86,15 +91,52 @@ for _ = 1, na do
       end
     end
   else
-    local n = 0
-    for j = i, i + k - 1, 1000 do n = n + redis.call('HDEL', KEYS[3], unpack(ARGV, j, math.min(j + 999, i + k - 1))) end
-    if host ~= '' and n > 0 then ended[host] = n end
+    owners = owners + 1
+    for j = i, i + k - 1 do
+      named[#named + 1] = ARGV[j]
+      owner[#owner + 1] = host
+    end
   end
   i = i + k
-  for h, n in pairs(ended) do
-    local left = redis.call('HINCRBY', pprefix .. h, 'inflight', -n)
-    if CAP > 0 and left < CAP and left + n >= CAP then redis.call('ZADD', KEYS[2], 'XX', 'LT', now, h) end
+end
+if owners > 1 then
+  for j = 1, #named, 1000 do
+    local vals = redis.call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, #named)))
+    for k = 1, #vals do
+      local h = owner[j + k - 1]
+      if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
+    end
   end
+end
+local n = 0
+for j = 1, #named, 1000 do n = n + redis.call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, #named))) end
+if owners == 1 and owner[1] ~= '' and n > 0 then ended[owner[1]] = (ended[owner[1]] or 0) + n end
+local hs = {}
+for h in pairs(ended) do hs[#hs + 1] = h end
+if #hs > 0 then
+  local counts, zeroed, back = {}, {}, {}
+  for j = 1, #hs, 1000 do
+    local part = {unpack(hs, j, math.min(j + 999, #hs))}
+    local was = redis.call('HMGET', INFLIGHT, unpack(part))
+    for k, h in ipairs(part) do
+      local before = tonumber(was[k] or 0)
+      local left = before - ended[h]
+      if left > 0 then
+        counts[#counts + 1] = h
+        counts[#counts + 1] = left
+      else
+        zeroed[#zeroed + 1] = h
+      end
+      -- below the cap again: back in the hosts index now (frontier_lease parked it)
+      if CAP > 0 and left < CAP and before >= CAP then
+        back[#back + 1] = now
+        back[#back + 1] = h
+      end
+    end
+  end
+  for j = 1, #counts, 2000 do redis.call('HSET', INFLIGHT, unpack(counts, j, math.min(j + 1999, #counts))) end
+  for j = 1, #zeroed, 1000 do redis.call('HDEL', INFLIGHT, unpack(zeroed, j, math.min(j + 999, #zeroed))) end
+  for j = 1, #back, 2000 do redis.call('ZADD', KEYS[2], 'XX', 'LT', unpack(back, j, math.min(j + 1999, #back))) end
 end
 for _ = 1, nf do
   redis.call('LPUSH', KEYS[4], ARGV[i])

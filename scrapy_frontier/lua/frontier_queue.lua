@@ -7,9 +7,15 @@
 -- in a host name. The sorted set <q> indexes the other priorities (member = score): priority 0,
 -- the default and most crawls' only one, has its list <q>#0 and no index entry, which spares
 -- each host a key (about 100 bytes). A queue written before (with '0' in <q>) is read the same.
+-- The set <queue prefix>@ranked holds the hosts that have a sorted set <q>, so that taking from a
+-- host without one (most hosts, most of the time) costs no look at <q>: the lease script reads it
+-- for all the hosts of a call in one SMISMEMBER. A host with a sorted set that the set does not
+-- hold (a queue written before it was kept) is found when its priority-0 list runs out, and
+-- added; until then its priority-0 requests come first.
 -- Invariants the scripts keep (each is atomic): a list other than <q>#0 exists only while its
--- priority is in <q>, and <q> or <q>#0 exists only while its host is in the shard's hosts index;
--- so a push onto a list that already had requests needs no ZADD.
+-- priority is in <q>, <q> exists only while its host is in @ranked (but see above), and <q> or <q>#0 exists only while its host is in the shard's hosts index;
+-- so a push onto a list that already had requests needs no ZADD; and a host is in the index only
+-- while it has requests queued (the status's hosts count, idle detection).
 -- A payload is a request's JSON (serialize.request_to_json, '{' first), or its compact form,
 -- the JSON after its opening '{"url":"https://<host>' (the host being the queue's own; after
 -- '{"url":"http://<host>' with an 'h' before it): frontier.compact_payload. What follows a host
@@ -17,85 +23,111 @@
 -- The shard's queued-request count is the string <queue prefix>@queued ('@' never appears in a
 -- host name): moved by each script once, at its end (queued_flush), and only once it exists, so
 -- that a queue written before it was kept is counted whole first (frontier_status, deep).
--- Defines: queue_add(q, score, payload, front) (front: true to serve it first) -> true when the
--- list is new (its host may be new to the hosts index: the caller adds it there);
--- queue_add_all(q, score, payloads), the same for several, at the back, in one call;
--- queue_pop(q, host, n) -> {{score, {payload (JSON), ...}}, ...} (highest priority first, at most
--- n in all), how many, and whether the queue is now empty (its keys gone); queue_len(q) -> the
--- requests queued; queued_flush(prefix).
+-- Defines (prefix: the queue prefix; host: the queue's host, prefix .. host = <q>):
+-- queue_add(prefix, host, score, payload, front) (front: true to serve it first) -> true when
+-- the list is new (its host may be new to the hosts index: the caller adds it there);
+-- queue_add_all(prefix, host, score, payloads), the same for several, at the back, in one call;
+-- queue_pop(prefix, host, n, ranked) -> {{score, {payload (JSON), ...}}, ...} (highest
+-- priority first, at most n in all), how many, and whether the queue is now empty (its keys
+-- gone); ranked: whether the host is in @ranked;
+-- queue_len(prefix, host) -> the requests queued; queued_flush(prefix);
+-- inflight_end(pprefix, host): one lease of the host ended, in the shard's in-flight hash
+-- <politeness prefix>@inflight (host -> leases held, absent = 0: frontier_lease).
 local queued_delta = 0
 -- the list of a score, and the score as its key writes it (priority 0's is '0', however written)
 local function queue_list(q, score)
   if tonumber(score) == 0 then return q .. '#0', '0' end
   return q .. '#' .. score, score
 end
--- a list that is new: its priority goes in <q>, but 0's; true, for the caller (see Defines)
-local function queue_listed(q, score)
-  if score ~= '0' then redis.call('ZADD', q, 'NX', score, score) end
+-- a list that is new: its priority goes in <q> (and the host in @ranked), but 0's; true, for
+-- the caller (see Defines)
+local function queue_listed(prefix, host, score)
+  if score ~= '0' then
+    redis.call('ZADD', prefix .. host, 'NX', score, score)
+    redis.call('SADD', prefix .. '@ranked', host)
+  end
   return true
 end
-local function queue_add(q, score, payload, front)
+local function queue_add(prefix, host, score, payload, front)
   local list
-  list, score = queue_list(q, score)
+  list, score = queue_list(prefix .. host, score)
   local len
   if front then len = redis.call('LPUSH', list, payload) else len = redis.call('RPUSH', list, payload) end
   queued_delta = queued_delta + 1
-  return len == 1 and queue_listed(q, score)
+  return len == 1 and queue_listed(prefix, host, score)
 end
--- queue_add_all(q, score, payloads): queue_add of each, oldest first, in one RPUSH per 1000.
-local function queue_add_all(q, score, payloads)
+-- queue_add_all(prefix, host, score, payloads): queue_add of each, oldest first, in one RPUSH per 1000.
+local function queue_add_all(prefix, host, score, payloads)
   local list
-  list, score = queue_list(q, score)
+  list, score = queue_list(prefix .. host, score)
   local len = 0
   for j = 1, #payloads, 1000 do len = redis.call('RPUSH', list, unpack(payloads, j, math.min(j + 999, #payloads))) end
   queued_delta = queued_delta + #payloads
-  return len == #payloads and queue_listed(q, score)
+  return len == #payloads and queue_listed(prefix, host, score)
 end
-local function queue_pop(q, host, n)
-  local out = {}
-  local taken = 0
-  local empty = false
+local function queue_pop(prefix, host, n, ranked)
+  local q = prefix .. host
+  local out, taken, empty = {}, 0, false
   local zero = q .. '#0'
   while n > 0 do
     -- the highest indexed priority, unless priority 0 comes first (scores >= 0: priorities <= 0)
-    local score = redis.call('ZRANGE', q, 0, 0)[1]
-    local indexed = score ~= nil
+    local score = ranked and redis.call('ZRANGE', q, 0, 0)[1] or nil
     local got
-    if score == nil or tonumber(score) >= 0 then
-      got = redis.call('LPOP', zero, n)
-      if got then score = '0' end
-    end
-    if score == nil then empty = true break end
-    local list = q .. '#' .. score
-    if not got and score ~= '0' then got = redis.call('LPOP', list, n) end
-    if got then
-      -- the JSON back, inline (a function call per request would cost Redis more than the rest)
-      for j = 1, #got do
-        local p = got[j]
-        local b = string.byte(p, 1)
-        if b == 104 then got[j] = '{"url":"http://' .. host .. string.sub(p, 2) elseif b ~= 123 then got[j] = '{"url":"https://' .. host .. p end
+    if score == nil or tonumber(score) >= 0 then got = redis.call('LPOP', zero, n) end
+    if not got and score == nil then
+      -- nothing at priority 0 and no other priority indexed: empty, unless <q> is there all the
+      -- same (a queue written before @ranked was kept, see above), from now on in @ranked
+      if ranked or redis.call('EXISTS', q) == 0 then
+        if ranked then redis.call('SREM', prefix .. '@ranked', host) end
+        empty = true
+        break
       end
-      out[#out + 1] = {score, got}
-      n = n - #got
-      taken = taken + #got
-    end
-    -- fewer than asked: the list is gone; as many: look
-    if n > 0 or redis.call('EXISTS', list) == 0 then
-      -- priority 0's list gone and no sorted set: the queue is empty, nothing more to look at
-      if not indexed then empty = true break end
-      redis.call('ZREM', q, score)
-      if redis.call('EXISTS', q, zero) == 0 then empty = true break end
+      ranked = true
+      redis.call('SADD', prefix .. '@ranked', host)
+    else
+      local list = zero
+      if got then
+        score = '0'
+      else
+        list = q .. '#' .. score
+        if tonumber(score) ~= 0 then got = redis.call('LPOP', list, n) end
+      end
+      if got then
+        -- the JSON back, inline (a function call per request would cost Redis more than the rest)
+        for j = 1, #got do
+          local p = got[j]
+          local b = string.byte(p, 1)
+          if b == 104 then got[j] = '{"url":"http://' .. host .. string.sub(p, 2) elseif b ~= 123 then got[j] = '{"url":"https://' .. host .. p end
+        end
+        out[#out + 1] = {score, got}
+        n = n - #got
+        taken = taken + #got
+      end
+      -- fewer than asked: the list is gone; as many: look
+      if n > 0 or redis.call('EXISTS', list) == 0 then
+        if ranked then redis.call('ZREM', q, score) end  -- (score '0': an entry written before, or none)
+        if redis.call('EXISTS', q, zero) == 0 then
+          if ranked then redis.call('SREM', prefix .. '@ranked', host) end
+          empty = true
+          break
+        end
+        -- <q> there though the host was not in @ranked: the next round finds it (see above)
+      end
     end
   end
   queued_delta = queued_delta - taken
   return out, taken, empty
 end
-local function queue_len(q)
+local function queue_len(prefix, host)
+  local q = prefix .. host
   local n = redis.call('LLEN', q .. '#0')
   for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do
     if tonumber(score) ~= 0 then n = n + redis.call('LLEN', q .. '#' .. score) end
   end
   return n
+end
+local function inflight_end(pprefix, host)
+  if redis.call('HINCRBY', pprefix .. '@inflight', host, -1) <= 0 then redis.call('HDEL', pprefix .. '@inflight', host) end
 end
 local function queued_flush(prefix)
   if queued_delta ~= 0 then

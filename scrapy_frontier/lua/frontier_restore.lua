@@ -24,9 +24,9 @@ for k = 3, #KEYS do
       local raw = string.sub(member, #start_prefix + 1)
       if as_set == '1' then redis.call('SADD', KEYS[2], raw) else redis.call('RPUSH', KEYS[2], raw) end
     else
-      queue_add(prefix .. host, score, member, true)
+      queue_add(prefix, host, score, member, true)
       redis.call('ZADD', KEYS[1], 'LT', now, host)  -- LT: also a host parked at its cap (frontier_lease)
-      redis.call('HINCRBY', pprefix .. host, 'inflight', -1)
+      inflight_end(pprefix, host)
     end
     restored = restored + 1
   end

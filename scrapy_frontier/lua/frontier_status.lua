@@ -17,7 +17,7 @@ if ARGV[3] == '1' then
     depth = math.max(0, tonumber(kept))
   else
     for _, host in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-      depth = depth + queue_len(ARGV[1] .. host)
+      depth = depth + queue_len(ARGV[1], host)
     end
     -- kept from now on, once the shard has queues: a status call writes nothing to an empty one
     if hosts > 0 then redis.call('SET', counter, depth) end

@@ -23,9 +23,9 @@ for i = #ARGV, 5, -1 do
       local raw = string.sub(ARGV[i], #start_prefix + 1)
       if ARGV[4] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
     else
-      queue_add(ARGV[1] .. host, string.sub(val, 1, tab - 1), ARGV[i], true)
+      queue_add(ARGV[1], host, string.sub(val, 1, tab - 1), ARGV[i], true)
       redis.call('ZADD', KEYS[1], 'LT', now, host)  -- LT: also a host parked at its cap (frontier_lease)
-      redis.call('HINCRBY', ARGV[2] .. host, 'inflight', -1)
+      inflight_end(ARGV[2], host)
     end
     redis.call('HDEL', KEYS[2], ARGV[i])
     n = n + 1

@@ -9,17 +9,22 @@
 -- down; multiplied by its slow-down factor.
 --
 -- Defines: num(v) -> the number in v, or nil (v a Redis reply, possibly false);
--- policy(state_key, rates_key (false: no live rates), host, default_rate, due_field) -> rate (requests/second, 0 =
--- none), the value of due_field (Unix ms, 0 if unset: 'next' at lease time, 'next_send' at
--- send time), pause_until (Unix ms, 0 if unset), factor (0-1), inflight (leases held).
+-- policy_of(state_key, live_rate (requests/second, the host's entry in the rates hash; nil:
+-- none), default_rate, due_field) -> rate (requests/second, 0 = none), the value of due_field
+-- (Unix ms, 0 if unset: 'next' at lease time, 'next_send' at send time), pause_until (Unix ms,
+-- 0 if unset), factor (0-1); policy(state_key, rates_key (false: no live rates), host,
+-- default_rate, due_field), the same, reading the host's live rate itself.
 local function num(v) return tonumber(v or '') end
-local function policy(state_key, rates_key, host, default_rate, due_field)
-  local st = redis.call('HMGET', state_key, due_field, 'factor', 'pause_until', 'robots_delay', 'base_rate', 'inflight')
-  local rate = (rates_key and num(redis.call('HGET', rates_key, host))) or default_rate
+local function policy_of(state_key, live_rate, default_rate, due_field)
+  local st = redis.call('HMGET', state_key, due_field, 'factor', 'pause_until', 'robots_delay', 'base_rate')
+  local rate = live_rate or default_rate
   local robots = num(st[4])
   if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
   local factor = num(st[2]) or 1
   if rate <= 0 and factor < 1 then rate = num(st[5]) or 0 end
   if rate > 0 then rate = rate * factor end
-  return rate, num(st[1]) or 0, num(st[3]) or 0, factor, num(st[6]) or 0
+  return rate, num(st[1]) or 0, num(st[3]) or 0, factor
+end
+local function policy(state_key, rates_key, host, default_rate, due_field)
+  return policy_of(state_key, rates_key and num(redis.call('HGET', rates_key, host)), default_rate, due_field)
 end

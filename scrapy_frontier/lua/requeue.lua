@@ -10,7 +10,7 @@ local now = redis_now_ms()
 local n = 0
 for i = 2, #ARGV, 4 do
   if redis.call('LREM', KEYS[1], 1, ARGV[i]) == 1 then
-    if queue_add(ARGV[1] .. ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false) then
+    if queue_add(ARGV[1], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], false) then
       redis.call('ZADD', KEYS[2], 'NX', now, ARGV[i + 1])
     end
     n = n + 1

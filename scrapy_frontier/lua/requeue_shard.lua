@@ -9,7 +9,7 @@
 local now = redis_now_ms()
 local n = 0
 for i = 2, #ARGV, 3 do
-  if queue_add(ARGV[1] .. ARGV[i], ARGV[i + 1], ARGV[i + 2], false) then
+  if queue_add(ARGV[1], ARGV[i], ARGV[i + 1], ARGV[i + 2], false) then
     redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i])
   end
   n = n + 1

@@ -43,7 +43,7 @@ from scrapy_frontier.connection import (
 from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprint_int64, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, mark_ranked, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
 from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
 from scrapy_frontier.politeness import sync_rates
@@ -201,6 +201,10 @@ class FrontierScheduler(BaseScheduler):
             # the layout the crawl recorded: a scrapy-redis set kept, the packed buckets' count
             meta = {k.decode(): v.decode() for k, v in (await client.hgetall(self.keys.dupefilter_meta)).items()}
             self.dedup = self.dedup.for_stored(meta)
+            if "ranked" not in meta:
+                ranked = await mark_ranked(client, self.keys.with_shards(shards))
+                if ranked:
+                    logger.info("Indexed %s with priorities other than 0, queued by an earlier version", plural(ranked, "host"))
             if claimed:
                 logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
         except DupefilterMismatch as exc:
