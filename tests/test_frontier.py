@@ -326,6 +326,44 @@ def test_unlease_gives_an_orphaned_start_url_back(redis_url):
     assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], set())
 
 
+def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
+    """A host paused (Retry-After) or with a Crawl-delay is in the limited set, and its politeness
+    hash is read at lease time: nothing of the paused one, one request of the delayed one. A host
+    without either is leased from its queue alone and gets no politeness hash."""
+    from scrapy_frontier.politeness import Politeness
+
+    async def go(f, r):
+        await f.push([entry(f"{h}{i}", host=h) for h in "abc" for i in range(2)])
+        politeness = Politeness(r, KEYS)
+        await politeness.slow_down("a", pause=30)
+        await politeness.set_robots_delay("b", 10)
+        taken = sorted(await f.lease(10))
+        return taken, await r.exists(KEYS.politeness_prefix + "c")
+
+    taken, c_state = run(with_frontier(redis_url, go))
+    assert taken == [b'{"url":"b0"}', b'{"url":"c0"}', b'{"url":"c1"}']
+    assert c_state == 0
+
+
+def test_acknowledgements_of_many_hosts_count_only_the_leases_still_held(redis_url):
+    """Acknowledgements of several hosts in one call lower each host's in-flight count by the
+    leases still in the lease hash: one given back meanwhile (here by another frontier object
+    of the same node, as a reconcile or a reclaim does) was counted back already."""
+
+    async def go(f, r):
+        await f.push([entry(f"a{i}", host="a") for i in range(3)] + [entry("b0", host="b")])
+        taken = await f.lease(10)
+        assert sorted(taken) == [b'{"url":"a0"}', b'{"url":"a1"}', b'{"url":"a2"}', b'{"url":"b0"}']
+        inflight = KEYS.politeness_prefix + "@inflight"
+        assert await r.hgetall(inflight) == {b"a": b"3", b"b": b"1"}
+        assert await Frontier(r, KEYS, f.node_id).unlease([b'{"url":"a0"}']) == 1
+        assert await r.hget(inflight, "a") == b"2"
+        await f.push([], acks=[b'{"url":"a0"}', b'{"url":"a1"}', b'{"url":"b0"}'])
+        return await r.hgetall(inflight)
+
+    assert run(with_frontier(redis_url, go, concurrency_cap=3)) == {b"a": b"1"}  # a2 still out
+
+
 def test_a_host_at_its_cap_is_parked_and_back_with_the_acknowledgement_below_it(redis_url):
     async def go(f, r):
         await f.push([entry(f"a{i}", host="a") for i in range(5)] + [entry("b0", host="b")])
