@@ -385,6 +385,31 @@ def test_a_host_at_its_cap_is_parked_and_back_with_the_acknowledgement_below_it(
     assert run(with_frontier(redis_url, go, concurrency_cap=2)) == 1
 
 
+def test_a_capped_lease_takes_the_cap_from_each_host_and_more_hosts_for_what_is_missing(redis_url):
+    """With a cap, a lease call walks as many due hosts as can give the requests asked for (cap
+    each), not one host per request; hosts that give fewer (a short queue, leases still in
+    flight) leave the rest to the next due hosts."""
+
+    async def go(f, r):
+        hosts = [f"h{i}" for i in range(8)]
+        await f.push([entry(f"{h}-{k}", host=h) for k in range(4) for h in hosts])
+        first = await f.lease(6)
+        by_host = sorted({json.loads(p)["url"].split("-")[0] for p in first})
+        assert len(first) == 6 and len(by_host) == 3  # 2 from each of 3 hosts, not 1 from 6
+        # h0-h2 at their cap; one acknowledgement each brings them back with 1 free slot
+        await f.push([], acks=[p for p in first if p.endswith(b'-0"}')])
+        # 12 asked: 6 hosts walked (12 / cap), h3-h7 (due first) give 2 each, h0 its one free
+        # slot; the one missing comes from a second batch of hosts (h1)
+        second = await f.lease(12)
+        return by_host, sorted(json.loads(p)["url"].split("-")[0] for p in second)
+
+    by_host, second = run(with_frontier(redis_url, go, concurrency_cap=2))
+    assert len(second) == 12
+    fresh = sorted(set(second) - set(by_host))
+    assert len(fresh) == 5 and all(second.count(h) == 2 for h in fresh)
+    assert [h for h in by_host if h in second] == by_host[:2] and all(second.count(h) == 1 for h in by_host[:2])
+
+
 def test_the_queued_count_follows_pushes_leases_and_returns_and_is_made_once_for_an_old_queue(redis_url):
     counter = KEYS.queue_prefix + "@queued"
 

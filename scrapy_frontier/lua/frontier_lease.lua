@@ -1,6 +1,9 @@
 -- frontier_lease: take up to n requests from the hosts that are due, moving them under this
 -- node's lease. Walks the due hosts, an equal share from each; a host with fewer requests than
 -- its share leaves the rest to the hosts after it, and a second round fills what is still missing.
+-- With a concurrency cap the walk takes n / cap hosts (the cap from each, so a broad crawl pays
+-- a host's fixed cost once per cap requests, not once per request), and more hosts, due next,
+-- only for what those could not give (at most 2n hosts a call).
 -- Politeness, shared by every worker (the rate rule: politeness_policy): a host with a rate
 -- gives one request per 1/rate seconds (the host's 'next' time), a paused host (Retry-After)
 -- nothing before 'pause_until', a host at its concurrency cap nothing until a lease of it ends.
@@ -13,8 +16,7 @@
 -- or a default rate: else its politeness hash is not read), and whether it has priorities
 -- other than 0 (@ranked, frontier_queue); the new scores and counts are written at the end,
 -- each in one command. So a host costs its LPOP (and an EXISTS when it gave as many as asked:
--- is its list gone?), and its HMGET only when it has a rate or is limited: a broad crawl, one
--- or two requests a host a call, costs little more per request than a single host.
+-- is its list gone?), and its HMGET only when it has a rate or is limited.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
 -- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed
@@ -35,7 +37,6 @@ local PARK_MS = 30000
 local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local INFLIGHT = pprefix .. '@inflight'
-local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want)
 -- no live rate at all (the usual case): no HMGET of the rates
 local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
 -- the seen feed: what the other nodes queued since this node last looked
@@ -63,8 +64,23 @@ local function each(cmd, key, list)
   end
   return all
 end
-local held, rated, ranked, live = {}, {}, {}, {}
-if #hosts > 0 then
+local fields = {}
+-- each host's new score in the index (false: out of it) and new in-flight count, written at
+-- the end; the walk reads only its own lists of hosts, never the index again
+local rescore, counted, held = {}, {}, {}
+-- The due hosts, a batch at a time: with a cap, as many as can give the requests wanted (cap
+-- each), so that a broad crawl takes cap requests a host visit, not one; the next batch only
+-- while requests are still wanted (hosts with fewer to give, or fewer free of the cap). The
+-- index is not written before the end, so an offset walks it. At most 2n hosts in all.
+local offset, visit_max = 0, 2 * want
+while want > 0 and offset < visit_max do
+  local limit = want
+  if cap > 0 then limit = math.ceil(want / cap) end
+  limit = math.min(limit, visit_max - offset)
+  local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', offset, limit)
+  offset = offset + #hosts
+  if #hosts == 0 then break end
+  local rated, ranked, live = {}, {}, {}
   local counts = each('HMGET', INFLIGHT, hosts)
   local limited = each('SMISMEMBER', pprefix .. '@limited', hosts)
   local sets = each('SMISMEMBER', prefix .. '@ranked', hosts)
@@ -75,63 +91,61 @@ if #hosts > 0 then
     live[host] = rates and num(rates[j]) or nil
     rated[host] = default_rate > 0 or limited[j] == 1 or live[host] ~= nil
   end
-end
-local fields = {}
--- each host's new score in the index (false: out of it) and new in-flight count, written at
--- the end; the walk reads only its own list of hosts, never the index
-local rescore, counted = {}, {}
-local left = hosts
-while want > 0 and #left > 0 do
-  local next_round = {}
-  for idx, host in ipairs(left) do
-    local take = math.ceil(want / (#left - idx + 1))
-    local inflight = held[host]
-    local rate, next_lease, pause = 0, 0, 0
-    if rated[host] then rate, next_lease, pause = policy_of(pprefix .. host, live[host], default_rate, 'next') end
-    local due = math.max(next_lease, pause)
-    if due > now then
-      rescore[host] = due
-      take = 0
-    elseif cap > 0 and inflight >= cap then
-      rescore[host] = now + PARK_MS
-      take = 0
-    end
-    if take > 0 then
-      if rate > 0 then take = 1 end
-      if cap > 0 then take = math.min(take, cap - inflight) end
-      local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
-      if got > 0 then
-        out[#out + 1] = host
-        out[#out + 1] = got
+  local left = hosts
+  while want > 0 and #left > 0 do
+    local next_round = {}
+    local before = want
+    for idx, host in ipairs(left) do
+      local take = math.ceil(want / (#left - idx + 1))
+      local inflight = held[host]
+      local rate, next_lease, pause = 0, 0, 0
+      if rated[host] then rate, next_lease, pause = policy_of(pprefix .. host, live[host], default_rate, 'next') end
+      local due = math.max(next_lease, pause)
+      if due > now then
+        rescore[host] = due
+        take = 0
+      elseif cap > 0 and inflight >= cap then
+        rescore[host] = now + PARK_MS
+        take = 0
       end
-      for _, group in ipairs(groups) do
-        local value = group[1] .. '\t' .. host
-        for _, payload in ipairs(group[2]) do
-          fields[#fields + 1] = payload
-          fields[#fields + 1] = value
-          out[#out + 1] = payload
+      if take > 0 then
+        if rate > 0 then take = 1 end
+        if cap > 0 then take = math.min(take, cap - inflight) end
+        local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
+        if got > 0 then
+          out[#out + 1] = host
+          out[#out + 1] = got
+        end
+        for _, group in ipairs(groups) do
+          local value = group[1] .. '\t' .. host
+          for _, payload in ipairs(group[2]) do
+            fields[#fields + 1] = payload
+            fields[#fields + 1] = value
+            out[#out + 1] = payload
+          end
+        end
+        want = want - got
+        held[host] = inflight + got
+        if got > 0 then counted[host] = true end
+        local ready = now
+        if rate > 0 then
+          ready = now + math.ceil(1000 / rate)
+          redis.call('HSET', pprefix .. host, 'next', ready)
+        end
+        if cap > 0 and held[host] >= cap then ready = math.max(ready, now + PARK_MS) end
+        if empty then
+          rescore[host] = false
+        else
+          rescore[host] = ready
+          if ready <= now then next_round[#next_round + 1] = host end
         end
       end
-      want = want - got
-      held[host] = inflight + got
-      if got > 0 then counted[host] = true end
-      local ready = now
-      if rate > 0 then
-        ready = now + math.ceil(1000 / rate)
-        redis.call('HSET', pprefix .. host, 'next', ready)
-      end
-      if cap > 0 and held[host] >= cap then ready = math.max(ready, now + PARK_MS) end
-      if empty then
-        rescore[host] = false
-      else
-        rescore[host] = ready
-        if ready <= now then next_round[#next_round + 1] = host end
-      end
+      if want <= 0 then break end
     end
-    if want <= 0 then break end
+    if want == before then break end
+    left = next_round
   end
-  if #next_round == #left and want > 0 and #out == head then break end
-  left = next_round
+  if #hosts < limit then break end
 end
 -- every lease of the call in one HSET, every new score in one ZADD, and so on (in chunks)
 local function flush(cmd, key, list, step)
