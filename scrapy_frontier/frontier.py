@@ -49,6 +49,7 @@ script the politeness rate rule (``politeness_policy.lua``).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -594,17 +595,26 @@ class Frontier:
         configuration."""
         k = self.keys
         keys: list[Any] = [k.dupefilter_meta]
+        # every host's priorities and lists, the Bloom bits, the packed buckets and their count,
+        # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
+        prefixes: list[str] = []
         for sh in self.shards:
             keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
-            # every host's priorities and lists (the dead letters, <spider>:requests:failed, stay)
-            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.queue_prefix) + "*", count=1000) if key != k.failed.encode()]
             if k.shards:
                 keys.append(sh.rates)
-            # the Bloom bits, the packed buckets and their count
-            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.dupefilter) + ":*", count=1000)]
-            keys += [key async for key in self.redis.scan_iter(match=_glob(sh.politeness_prefix) + "*", count=1000)]
+            prefixes += [sh.queue_prefix, sh.dupefilter + ":", sh.politeness_prefix]
+        keys += [key for key in await self._scan_prefixes(prefixes) if key != k.failed.encode()]
         for i in range(0, len(keys), 500):
-            await self.redis.delete(*keys[i : i + 500])
+            await self.redis.unlink(*keys[i : i + 500])
+
+    async def _scan_prefixes(self, prefixes: Sequence[str]) -> list[bytes]:
+        """The keys that start with one of ``prefixes``: one SCAN of what they have in common
+        (the crawl's name, with the default key names), not one pass over the keyspace each;
+        one each when they share nothing."""
+        common = os.path.commonprefix(list(prefixes))
+        matches = [common] if common else list(prefixes)
+        wanted = tuple(p.encode() for p in prefixes)
+        return [key for m in matches async for key in self.redis.scan_iter(match=_glob(m) + "*", count=1000) if key.startswith(wanted)]
 
 
 def _glob(prefix: str) -> str:
