@@ -28,7 +28,8 @@ default on a single Redis) has one shard with scrapy-redis-style names. In each 
   queued since its last look (:attr:`Frontier.fed`), so a link that any worker queued is
   skipped by every worker before it costs a dedup check in Redis.
 - ``<spider>:leases:<node>`` - hash of the requests a node has taken and not yet acknowledged:
-  payload -> ``score<TAB>host``. Nothing leaves Redis when a worker takes it; it moves here,
+  ``<lease id><TAB><score><TAB><host>`` -> the payload as its queue stored it (:class:`Lease`;
+  an acknowledgement sends the short field). Nothing leaves Redis when a worker takes it; it moves here,
   atomically.
 
 Crawl-wide: ``<spider>:start_urls`` with, sharded, the start URLs a node has taken in
@@ -53,7 +54,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import NoScriptError
 
@@ -86,6 +87,16 @@ class Entry:
     host: str
     score: int
     payload: str
+
+
+class Lease(NamedTuple):
+    """A request taken under this node's lease (:meth:`Frontier.lease`): ``field``, the lease's
+    name in the node's lease hash (``<lease id>\\t<score>\\t<host>``: what acknowledges it,
+    :meth:`Frontier.push`, or gives it back, :meth:`Frontier.unlease`), and ``payload``, the
+    request's JSON."""
+
+    field: bytes
+    payload: bytes
 
 
 @dataclass(frozen=True)
@@ -236,9 +247,9 @@ def compact_payload(payload: str, host: str) -> str:
     :func:`slot_of` names it), since the queue's key holds the host: what follows
     ``{"url":"https://<host>`` (``{"url":"https://example.com/a"}`` -> ``/a"}``), or ``h`` and
     what follows ``{"url":"http://<host>``. That is 16 bytes plus the host's length less a
-    request (about 40 on the web's host names). The lease script writes the JSON back (one
-    concatenation, ``lua/frontier_queue.lua``), so leases, acknowledgements and dead letters
-    hold the JSON as before. Any other payload (a host written in capitals, an IP v6 literal, a
+    request (about 40 on the web's host names). A lease keeps this form (in the node's lease hash,
+    and back in the queue when given back); the worker writes the JSON back
+    (:func:`expand_payload`), so dead letters and the spider see the JSON as before. Any other payload (a host written in capitals, an IP v6 literal, a
     start URL's JSON) is returned as it is: a JSON payload starts with ``{``, and what follows a
     host (RFC 3986 3.2.2: its port, path, query, fragment, or the URL's end) never does."""
     for scheme, mark in (("https", ""), ("http", "h")):
@@ -246,6 +257,27 @@ def compact_payload(payload: str, host: str) -> str:
         if payload.startswith(opening) and payload[len(opening) : len(opening) + 1] in _AFTER_HOST:
             return mark + payload[len(opening) :]
     return payload
+
+
+def expand_payload(stored: bytes, host: bytes) -> bytes:
+    """The request's JSON of a payload as its host's queue stores it (:func:`compact_payload`'s
+    inverse): ``/a"}`` of ``example.com`` -> ``{"url":"https://example.com/a"}``, ``h/a"}`` ->
+    ``{"url":"http://example.com/a"}``, a JSON payload (``{`` first) as it is."""
+    first = stored[:1]
+    if first == b"{":
+        return stored
+    if first == b"h":
+        return b'{"url":"http://' + host + stored[1:]
+    return b'{"url":"https://' + host + stored
+
+
+def lease_host(field: bytes) -> bytes | None:
+    """The host of a lease field (:class:`Lease`), ``b""`` for a start URL's, ``None`` for one
+    written by an earlier version (the payload's JSON: its host is in the lease hash's value)."""
+    if field.startswith(START_PREFIX):
+        return b""
+    tab = field.rfind(b"\t")
+    return field[tab + 1 :] if tab >= 0 else None
 
 
 def _push_reply(reply: Any, full: dict[int, str] | None, duplicates: list[Any] | None) -> int:
@@ -306,10 +338,11 @@ class Frontier:
         self._as_set = _flag(start_urls_as_set)
         #: Seconds until a queued host is due, from the last lease call (-1: nothing queued seen).
         self.next_due_in = -1.0
-        #: The shard of each lease this node holds (payload -> shard index).
+        #: The shard of each lease this node holds (lease field -> shard index).
         self._lease_shard: dict[bytes, int] = {}
-        #: The host of each lease this node holds (payload -> host, as the lease script named it).
-        self._lease_host: dict[bytes, bytes] = {}
+        #: Lease calls made, from a random start: each call's lease ids start with its number
+        #: (base 36) and a '.', so two frontier objects of one node id never share one.
+        self._calls = int.from_bytes(os.urandom(4), "big")
         #: Per shard, when (time.monotonic()) it is next worth a lease call.
         self._shard_due = [0.0] * len(self.shards)
         self._cursor = 0
@@ -357,7 +390,8 @@ class Frontier:
         ack_groups: dict[bytes, list[bytes]] = defaultdict(list)
         for a in acks:
             # the lease's host, so the script needs no HGET to find it ('?': the script looks)
-            ack_groups[b"" if a.startswith(START_PREFIX) else self._lease_host.get(a, b"?")].append(a)
+            host = lease_host(a)
+            ack_groups[b"?" if host is None else host].append(a)
         args: list[Any] = [sh.queue_prefix, len(groups), len(ack_groups), len(failed)]
         full: dict[int, str] | None = {} if report else None
         for key, group in groups.items():
@@ -404,7 +438,7 @@ class Frontier:
         (reply,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
         return _push_reply(reply, full, duplicates)
 
-    async def push(self, entries: Sequence[Entry], acks: Sequence[bytes | str] = (), failed: Sequence[str] = (), duplicates: list[Any] | None = None) -> int:
+    async def push(self, entries: Sequence[Entry], acks: Sequence[Lease | bytes | str] = (), failed: Sequence[str] = (), duplicates: list[Any] | None = None) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
         ``acks`` and push dead letters ``failed``: a lease is never released before the requests
         it produced are queued and its dead letter kept. Within one shard this is one atomic
@@ -413,7 +447,7 @@ class Frontier:
         to it the payload of each entry the dupefilter had seen."""
         if not (entries or acks or failed):
             return 0
-        acks = [a if isinstance(a, bytes) else a.encode() for a in acks]
+        acks = [_field(a) for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
             return await self._push_call(self.shards[0], entries, acks, failed, duplicates)
@@ -455,12 +489,11 @@ class Frontier:
             await asyncio.gather(*after)
         for a in acks:
             self._lease_shard.pop(a, None)
-            self._lease_host.pop(a, None)
         return added
 
     # -- leases -----------------------------------------------------------------------------
 
-    async def lease(self, n: int) -> list[bytes]:
+    async def lease(self, n: int) -> list[Lease]:
         """Take up to ``n`` requests from the hosts that are due, moving them under this node's
         lease. A sharded crawl visits up to :data:`LEASE_FANOUT` shards that are due, in turn
         from where the last call stopped, so no shard starves. Sets :attr:`next_due_in`."""
@@ -472,12 +505,12 @@ class Frontier:
         self._cursor = (visit[-1] + 1) % count
         share = -(-n // len(visit))
         replies = await asyncio.gather(*(self._lease_shard_call(i, share) for i in visit))
-        out: list[bytes] = []
+        out: list[Lease] = []
         soonest = -1.0
         for i, (due_ms, payloads) in zip(visit, replies):
             if count > 1:  # one shard: every lease is in it, nothing to remember
-                for p in payloads:
-                    self._lease_shard[p] = i
+                for lease in payloads:
+                    self._lease_shard[lease.field] = i
             out += payloads
             if due_ms >= 0:
                 wait = due_ms / 1000
@@ -491,39 +524,42 @@ class Frontier:
         self.next_due_in = soonest
         return out
 
-    async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[bytes]]:
-        """One shard's lease call: (ms until its earliest host is due, -1 if none; the payloads),
-        each payload's host remembered for its acknowledgement, the seen feed's news in
-        :attr:`fed`."""
+    async def _lease_shard_call(self, i: int, n: int) -> tuple[int, list[Lease]]:
+        """One shard's lease call: (ms until its earliest host is due, -1 if none; the leases),
+        the seen feed's news in :attr:`fed`. The reply's payloads are as the queues store them
+        (:func:`expand_payload`), and each lease's field is the call's lease id prefix, its
+        place in the reply, its score and host (``lua/frontier_lease.lua``)."""
         sh = self.shards[i]
+        self._calls += 1
+        call = _base36(self._calls) + b"."
         due, feed_last, news, *reply = await self._lease(
             keys=[sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed],
-            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ],
+            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call],
         )
         if self.seen_feed:
             self._feed_last[i] = feed_last.decode()
             self.fed += reply[:news]
-        payloads: list[bytes] = []
-        hosts = self._lease_host
+        leases: list[Lease] = []
         j = news
+        serial = 0
         while j < len(reply):
-            host, k = reply[j], int(reply[j + 1])
-            group = reply[j + 2 : j + 2 + k]
-            payloads += group
-            for p in group:
-                hosts[p] = host
-            j += 2 + k
-        return int(float(due)), payloads
+            host, score, k = reply[j], reply[j + 1], int(reply[j + 2])
+            suffix = b"\t" + score + b"\t" + host
+            for stored in reply[j + 3 : j + 3 + k]:
+                serial += 1
+                leases.append(Lease(call + str(serial).encode() + suffix, expand_payload(stored, host)))
+            j += 3 + k
+        return int(float(due)), leases
 
-    async def unlease(self, payloads: Sequence[bytes]) -> int:
-        """Return these leases of this node to the frontier (requests not started, or leases it
-        did not know it held); a start-URL lease goes back to the start URLs."""
-        if not payloads:
+    async def unlease(self, fields: Sequence[Lease | bytes]) -> int:
+        """Return these leases of this node (their fields, :class:`Lease`) to the frontier
+        (requests not started, or leases it did not know it held); a start-URL lease goes back
+        to the start URLs. Returns how many were held."""
+        if not fields:
             return 0
         groups: dict[int, list[bytes]] = defaultdict(list)
         starts = []
-        for p in payloads:
-            self._lease_host.pop(p, None)
+        for p in map(_field, fields):
             if self.keys.shards and p.startswith(START_PREFIX):
                 starts.append(p)
             else:
@@ -538,8 +574,8 @@ class Frontier:
         return sum(int(n) for n in await asyncio.gather(*calls))
 
     async def lease_fields(self) -> set[bytes]:
-        """Every lease Redis holds for this node (request payloads, and :data:`START_PREFIX` +
-        raw for start URLs), from every shard. A payload found in a shard is remembered there,
+        """Every lease Redis holds for this node (lease fields, :class:`Lease`, and
+        :data:`START_PREFIX` + raw for start URLs), from every shard. A field found in a shard is remembered there,
         so :meth:`unlease` gives it back to the right one."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for sh in self.shards:
@@ -570,7 +606,6 @@ class Frontier:
         while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
             restored += 1
         self._lease_shard.clear()
-        self._lease_host.clear()
         return restored
 
     async def leave(self) -> None:
@@ -615,6 +650,22 @@ class Frontier:
         matches = [common] if common else list(prefixes)
         wanted = tuple(p.encode() for p in prefixes)
         return [key for m in matches async for key in self.redis.scan_iter(match=_glob(m) + "*", count=1000) if key.startswith(wanted)]
+
+
+def _field(lease: Lease | bytes | str) -> bytes:
+    """A lease's field, given the :class:`Lease` or the field."""
+    if isinstance(lease, Lease):
+        return lease.field
+    return lease if isinstance(lease, bytes) else lease.encode()
+
+
+def _base36(n: int) -> bytes:
+    digits = b""
+    while True:
+        n, d = divmod(n, 36)
+        digits = b"0123456789abcdefghijklmnopqrstuvwxyz"[d : d + 1] + digits
+        if not n:
+            return digits
 
 
 def _glob(prefix: str) -> str:

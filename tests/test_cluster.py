@@ -68,7 +68,7 @@ def test_frontier_on_a_cluster_pushes_leases_acks_and_reclaims(redis_cluster):
             # one page's links to 40 hosts: one push per shard touched
             assert await f.push([entry(f"http://{h}/", h) for h in hosts]) == 40
             assert await f.push([entry(f"http://{h}/", h) for h in hosts]) == 0  # deduplicated per shard
-            taken: list[bytes] = []
+            taken: list = []
             for _ in range(40):
                 taken += await f.lease(8)
                 if len(taken) == 40:
@@ -314,7 +314,7 @@ def test_pushes_wait_for_a_replica_before_other_shards_acknowledge(redis_cluster
         try:
             f = Frontier(client, k, "n-wait", wait_replicas=1, wait_timeout=wait_timeout)
             await f.push([entry(f"http://{h}/", h) for h in hosts])
-            taken: list[bytes] = []
+            taken: list = []
             for _ in range(20):
                 taken += await f.lease(20)
                 if len(taken) == 20:

@@ -8,7 +8,7 @@ import redis
 import redis.asyncio
 from scrapy.settings import Settings
 
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, compact_payload, mark_ranked, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, compact_payload, mark_ranked, reclaim_dead, slot_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.nodes import Heartbeat
 
@@ -25,6 +25,11 @@ async def with_frontier(redis_url, fn, node="n1", **kw):
         return await fn(Frontier(client, KEYS, node, **kw), client)
     finally:
         await client.aclose()
+
+
+def payloads(leases):
+    """The requests' JSON of some leases (Frontier.lease)."""
+    return [lease.payload for lease in leases]
 
 
 def entry(url, host="h", fp=None, score=0):
@@ -56,7 +61,7 @@ def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
     async def go(f, r):
         await f.push([entry("a"), entry("b")])
         taken = await f.lease(10)
-        assert sorted(taken) == [b'{"url":"a"}', b'{"url":"b"}']
+        assert sorted(payloads(taken)) == [b'{"url":"a"}', b'{"url":"b"}']
         assert await r.hlen(f.lease_key) == 2
         assert await r.exists(KEYS.queue_prefix + "h") == 0
         assert await r.zcard(KEYS.slots) == 0
@@ -64,7 +69,7 @@ def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
         assert await f.push([entry("child")], acks=[taken[0]], failed=['{"reason":"x"}']) == 1
         assert await r.hlen(f.lease_key) == 1
         assert await r.llen(KEYS.failed) == 1
-        return await f.lease(10)
+        return payloads(await f.lease(10))
 
     assert run(with_frontier(redis_url, go)) == [b'{"url":"child"}']
 
@@ -73,7 +78,7 @@ def test_lease_takes_from_every_due_host(redis_url):
     async def go(f, r):
         await f.push([entry(f"a{i}", host="a") for i in range(20)] + [entry(f"b{i}", host="b") for i in range(2)])
         taken = await f.lease(6)
-        return sorted(t.decode()[8] for t in taken)
+        return sorted(t.decode()[8] for t in payloads(taken))
 
     hosts = run(with_frontier(redis_url, go))
     assert hosts.count("b") == 2 and hosts.count("a") == 4
@@ -82,7 +87,7 @@ def test_lease_takes_from_every_due_host(redis_url):
 def test_priority_orders_within_a_host(redis_url):
     async def go(f, r):
         await f.push([entry("low", score=0), entry("high", score=-10)])
-        return await f.lease(1)
+        return payloads(await f.lease(1))
 
     assert run(with_frontier(redis_url, go)) == [b'{"url":"high"}']
 
@@ -98,12 +103,12 @@ def test_first_in_first_out_within_a_priority(redis_url):
             await f.push([entry(name)])
         await f.push([entry(name) for name in names[2:]])
         await f.push([entry("high", score=-1)])
-        served = [json.loads(p)["url"] for p in await f.lease(1)]
+        served = [json.loads(p)["url"] for p in payloads(await f.lease(1))]
         taken = await f.lease(3)
         assert await f.unlease(taken) == 3
-        served_again = [json.loads(p)["url"] for p in await f.lease(2)]
+        served_again = [json.loads(p)["url"] for p in payloads(await f.lease(2))]
         assert await f.release() == 3  # and "high", still held
-        after_release = [json.loads(p)["url"] for p in await f.lease(10)]
+        after_release = [json.loads(p)["url"] for p in payloads(await f.lease(10))]
         return served, served_again, after_release
 
     assert run(with_frontier(redis_url, go)) == (["high"], ["z", "y"], ["high", "z", "y", "x", "w"])
@@ -113,7 +118,7 @@ def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redi
     """The queue's key holds the host, so the payload in the list does not; priority 0 (the
     default) needs no entry in the host's sorted set of priorities; what a lease, the lease
     hash and a duplicate report give is the request's JSON, byte for byte."""
-    payloads = {
+    requests = {
         "https://www.example.com/a?b=1": '{"url":"https://www.example.com/a?b=1","meta":{"depth":2}}',
         "http://www.example.com:8080/p": '{"url":"http://www.example.com:8080/p","callback":"parse_item"}',
         "https://www.example.com": '{"url":"https://www.example.com"}',
@@ -123,20 +128,23 @@ def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redi
     q = KEYS.queue_prefix + host
 
     async def go(f, r):
-        assert await f.push([Entry(url, host, 0, payload) for url, payload in payloads.items()]) == 4
+        assert await f.push([Entry(url, host, 0, payload) for url, payload in requests.items()]) == 4
         stored = await r.lrange(q + "#0", 0, -1)
         assert not await r.exists(q)  # no sorted set for priority 0
         duplicates: list = []
-        assert await f.push([Entry("https://www.example.com/a?b=1", host, 0, payloads["https://www.example.com/a?b=1"])], duplicates=duplicates) == 0
+        assert await f.push([Entry("https://www.example.com/a?b=1", host, 0, requests["https://www.example.com/a?b=1"])], duplicates=duplicates) == 0
         taken = await f.lease(10)
-        assert sorted(await r.hkeys(f.lease_key)) == sorted(taken)
+        # the lease hash holds each request as its queue stored it, under a short field
+        held = await r.hgetall(f.lease_key)
+        assert sorted(held) == sorted(t.field for t in taken)
+        assert sorted(held.values()) == sorted(stored) and all(len(t.field) < 40 for t in taken)
         assert not await r.exists(q + "#0") and not await r.exists(q) and await r.zcard(KEYS.slots) == 0
-        return stored, duplicates, taken
+        return stored, duplicates, payloads(taken)
 
     stored, duplicates, taken = run(with_frontier(redis_url, go))
     assert stored == [b'/a?b=1","meta":{"depth":2}}', b'h:8080/p","callback":"parse_item"}', b'"}', b'{"url":"https://www.example.com.evil/"}']
-    assert duplicates == [payloads["https://www.example.com/a?b=1"]]
-    assert taken == [p.encode() for p in payloads.values()]
+    assert duplicates == [requests["https://www.example.com/a?b=1"]]
+    assert taken == [p.encode() for p in requests.values()]
 
 
 def test_compact_payload_keeps_whatever_it_cannot_write_back():
@@ -155,9 +163,9 @@ def test_priorities_around_the_default_are_served_in_order(redis_url):
     async def go(f, r):
         await f.push([entry("low", score=3), entry("default"), entry("high", score=-5), entry("default2")])
         assert await r.zrange(KEYS.queue_prefix + "h", 0, -1) == [b"-5", b"3"]
-        served = [json.loads(p)["url"] for p in await f.lease(1)]
-        served += [json.loads(p)["url"] for p in await f.lease(1)]
-        served += [json.loads(p)["url"] for p in await f.lease(10)]
+        served = [json.loads(p)["url"] for p in payloads(await f.lease(1))]
+        served += [json.loads(p)["url"] for p in payloads(await f.lease(1))]
+        served += [json.loads(p)["url"] for p in payloads(await f.lease(10))]
         keys_left = await r.keys(KEYS.queue_prefix + "h*")
         return served, keys_left
 
@@ -187,7 +195,7 @@ def test_a_queue_written_before_is_read_in_order_and_counted_once(redis_url):
         marked = await mark_ranked(r, KEYS), await mark_ranked(r, KEYS)  # the second finds it done
         depth = (await f.status(deep=True)).depth
         await f.push([entry("https://old.example/c", host="old.example")])
-        served = [json.loads(p)["url"] for p in await f.lease(10)]
+        served = [json.loads(p)["url"] for p in payloads(await f.lease(10))]
         left = await r.keys(KEYS.queue_prefix + "old.example*")
         return marked, depth, served, left, await r.zcard(KEYS.slots), await r.smembers(KEYS.shard(0).ranked)
 
@@ -204,7 +212,7 @@ def test_a_queue_written_before_and_not_marked_loses_nothing(redis_url):
 
     async def go(f, r):
         await old_queue(r, "old.example")
-        served = [json.loads(p)["url"] for p in await f.lease(3)]
+        served = [json.loads(p)["url"] for p in payloads(await f.lease(3))]
         ranked = await r.smembers(KEYS.shard(0).ranked)
         assert await f.lease(10) == []
         return served, ranked, await r.keys(KEYS.queue_prefix + "old.example*"), await r.zcard(KEYS.slots)
@@ -220,7 +228,7 @@ def test_priorities_put_a_host_in_the_ranked_set_until_they_are_served(redis_url
         ranked = KEYS.shard(0).ranked
         await f.push([entry("a0", host="a"), entry("b0", host="b"), entry("b2", host="b", score=-2)])
         before = await r.smembers(ranked)
-        served = [json.loads(p)["url"] for p in await f.lease(10)]
+        served = [json.loads(p)["url"] for p in payloads(await f.lease(10))]
         return before, served, await r.smembers(ranked)
 
     before, served, after = run(with_frontier(redis_url, go))
@@ -234,12 +242,35 @@ def test_release_returns_leases_and_start_urls(redis_url):
         await f.push([entry("a")])
         await r.lpush(KEYS.start_urls, b"http://s/1")
         assert await f.take_start_urls(5) == [b"http://s/1"]
-        assert await f.lease(5) == [b'{"url":"a"}']
+        assert payloads(await f.lease(5)) == [b'{"url":"a"}']
         assert await f.release() == 2
         assert await r.exists(f.lease_key) == 0
-        return await r.lrange(KEYS.start_urls, 0, -1), await f.lease(5)
+        return await r.lrange(KEYS.start_urls, 0, -1), payloads(await f.lease(5))
 
     assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], [b'{"url":"a"}'])
+
+
+def test_leases_written_by_an_earlier_version_are_given_back_whole(redis_url):
+    """A lease hash of the layout before lease ids (the request's JSON -> '<score>\\t<host>') is
+    read by the reclaim of a dead node and by an unlease, beside the leases of this layout: every
+    request goes back to its host's queue, at its priority, and is served again."""
+
+    async def go(f, r):
+        await f.push([entry("https://h/new", host="h")])
+        (new,) = await f.lease(5)
+        await r.hset(f.lease_key, mapping={'{"url":"https://h/old"}': "0\th", '{"url":"https://h/high"}': "-5\th"})
+        await r.hset(KEYS.politeness_prefix + "@inflight", "h", 3)
+        assert await f.unlease([b'{"url":"https://h/old"}']) == 1
+        assert sorted(await r.hvals(f.lease_key)) == [b"-5\th", b'/new"}']
+        restored, nodes = reclaim_dead(redis.Redis.from_url(redis_url), KEYS, 0)
+        served = [json.loads(p)["url"] for p in payloads(await Frontier(r, KEYS, "n2").lease(10))]
+        return restored, served, await r.hget(KEYS.politeness_prefix + "@inflight", "h")
+
+    redis.Redis.from_url(redis_url).zadd(KEYS.nodes, {"n1": 0})  # a node whose last heartbeat is long past
+    restored, served, inflight = run(with_frontier(redis_url, go))
+    assert restored == 2
+    assert served == ["https://h/high", "https://h/new", "https://h/old"]
+    assert inflight == b"3"  # n2's three leases; n1's were all ended
 
 
 def test_reclaim_takes_back_only_dead_nodes_leases(redis_url):
@@ -309,7 +340,7 @@ def test_unlease_returns_only_the_given_requests(redis_url):
         return await r.hkeys(f.lease_key), await f.lease(5)
 
     held, again = run(with_frontier(redis_url, go))
-    assert len(held) == 1 and len(again) == 1 and held[0] != again[0]
+    assert len(held) == 1 and len(again) == 1 and held[0] != again[0].field
 
 
 def test_unlease_gives_an_orphaned_start_url_back(redis_url):
@@ -337,7 +368,7 @@ def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
         politeness = Politeness(r, KEYS)
         await politeness.slow_down("a", pause=30)
         await politeness.set_robots_delay("b", 10)
-        taken = sorted(await f.lease(10))
+        taken = sorted(payloads(await f.lease(10)))
         return taken, await r.exists(KEYS.politeness_prefix + "c")
 
     taken, c_state = run(with_frontier(redis_url, go))
@@ -353,12 +384,13 @@ def test_acknowledgements_of_many_hosts_count_only_the_leases_still_held(redis_u
     async def go(f, r):
         await f.push([entry(f"a{i}", host="a") for i in range(3)] + [entry("b0", host="b")])
         taken = await f.lease(10)
-        assert sorted(taken) == [b'{"url":"a0"}', b'{"url":"a1"}', b'{"url":"a2"}', b'{"url":"b0"}']
+        assert sorted(payloads(taken)) == [b'{"url":"a0"}', b'{"url":"a1"}', b'{"url":"a2"}', b'{"url":"b0"}']
         inflight = KEYS.politeness_prefix + "@inflight"
         assert await r.hgetall(inflight) == {b"a": b"3", b"b": b"1"}
-        assert await Frontier(r, KEYS, f.node_id).unlease([b'{"url":"a0"}']) == 1
+        lease = {json.loads(t.payload)["url"]: t for t in taken}
+        assert await Frontier(r, KEYS, f.node_id).unlease([lease["a0"].field]) == 1
         assert await r.hget(inflight, "a") == b"2"
-        await f.push([], acks=[b'{"url":"a0"}', b'{"url":"a1"}', b'{"url":"b0"}'])
+        await f.push([], acks=[lease["a0"], lease["a1"], lease["b0"]])
         return await r.hgetall(inflight)
 
     assert run(with_frontier(redis_url, go, concurrency_cap=3)) == {b"a": b"1"}  # a2 still out
@@ -372,14 +404,17 @@ def test_a_host_at_its_cap_is_parked_and_back_with_the_acknowledgement_below_it(
         parked = await r.zscore(KEYS.slots, "a")
         assert parked is not None and parked > time.time() * 1000 + 20_000  # not walked over meanwhile
         assert await f.lease(10) == []
-        a_leases = [p for p in first if p.startswith(b'{"url":"a')]
+        a_leases = [p for p in first if p.payload.startswith(b'{"url":"a')]
         # one acknowledgement takes a below its cap: it is due at once, and gives one more
         await f.push([], acks=a_leases[:1])
         assert await r.zscore(KEYS.slots, "a") <= time.time() * 1000 + 1000
         assert len(await f.lease(10)) == 1
-        # a lease whose host this frontier does not know (another run's) is found in Redis
-        f._lease_host.clear()
-        await f.push([], acks=a_leases[1:])
+        # a lease written by an earlier version (the JSON -> '<score>\t<host>'): its host is
+        # read in Redis
+        old = a_leases[1]
+        await r.hdel(f.lease_key, old.field)
+        await r.hset(f.lease_key, old.payload, "0\ta")
+        await f.push([], acks=[old.payload])
         return int(await r.hget(KEYS.politeness_prefix + "@inflight", "a"))
 
     assert run(with_frontier(redis_url, go, concurrency_cap=2)) == 1
@@ -394,16 +429,16 @@ def test_a_capped_lease_takes_the_cap_from_each_host_and_more_hosts_for_what_is_
         hosts = [f"h{i}" for i in range(8)]
         await f.push([entry(f"{h}-{k}", host=h) for k in range(4) for h in hosts])
         first = await f.lease(6)
-        by_host = sorted({json.loads(p)["url"].split("-")[0] for p in first})
+        by_host = sorted({json.loads(p)["url"].split("-")[0] for p in payloads(first)})
         assert len(first) == 6 and len(by_host) == 3  # 2 from each of 3 hosts, not 1 from 6
         # h0-h2 at their cap; one acknowledgement each brings them back with 1 free slot, due
         # after h3-h7 (their index score is the acknowledgement's time, a few ms after the push's)
         await asyncio.sleep(0.005)
-        await f.push([], acks=[p for p in first if p.endswith(b'-0"}')])
+        await f.push([], acks=[p for p in first if p.payload.endswith(b'-0"}')])
         # 12 asked: 6 hosts walked (12 / cap), h3-h7 (due first) give 2 each, h0 its one free
         # slot; the one missing comes from a second batch of hosts (h1)
         second = await f.lease(12)
-        return by_host, sorted(json.loads(p)["url"].split("-")[0] for p in second)
+        return by_host, sorted(json.loads(p)["url"].split("-")[0] for p in payloads(second))
 
     by_host, second = run(with_frontier(redis_url, go, concurrency_cap=2))
     assert len(second) == 12

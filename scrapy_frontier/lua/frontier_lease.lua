@@ -24,12 +24,15 @@
 -- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
 -- ARGV[5] politeness prefix (+ host = the host's politeness hash), ARGV[6] the last seen-feed
 -- entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this node's
--- id, ARGV[8] feed entries to read at most
+-- id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique to the
+-- call among this node's: the node's count of calls, and a '.')
 -- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
 -- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
 -- clock is never compared with the server's); then the seen feed (frontier_push): the id of the
 -- last entry read ('' without a feed), k, and the k fingerprint lists that other nodes pushed
--- since ARGV[6]; then, for each host leased from, the host, how many, and its payloads.
+-- since ARGV[6]; then, for each host and priority leased from: the host, the score, how many,
+-- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). The
+-- i-th payload of the reply is leased as ARGV[9] .. i .. '\t' .. score .. '\t' .. host.
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
@@ -64,7 +67,10 @@ local function each(cmd, key, list)
   end
   return all
 end
-local fields = {}
+-- the lease hash's entries: '<lease id>\t<score>\t<host>' -> the payload as stored (the lease
+-- id: ARGV[9], this call's, and the request's place in the reply), so that an acknowledgement
+-- sends a few bytes, not the request, and no payload is copied
+local fields, call, serial = {}, ARGV[9], 0
 -- each host's new score in the index (false: out of it) and new in-flight count, written at
 -- the end; the walk reads only its own lists of hosts, never the index again
 local rescore, counted, held = {}, {}, {}
@@ -112,15 +118,16 @@ while want > 0 and offset < visit_max do
         if rate > 0 then take = 1 end
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
-        if got > 0 then
-          out[#out + 1] = host
-          out[#out + 1] = got
-        end
         for _, group in ipairs(groups) do
-          local value = group[1] .. '\t' .. host
-          for _, payload in ipairs(group[2]) do
+          local score, payloads = group[1], group[2]
+          local suffix = '\t' .. score .. '\t' .. host
+          out[#out + 1] = host
+          out[#out + 1] = score
+          out[#out + 1] = #payloads
+          for _, payload in ipairs(payloads) do
+            serial = serial + 1
+            fields[#fields + 1] = call .. serial .. suffix
             fields[#fields + 1] = payload
-            fields[#fields + 1] = value
             out[#out + 1] = payload
           end
         end

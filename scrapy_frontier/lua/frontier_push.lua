@@ -13,7 +13,7 @@
 --     and priority, oldest first; (dedup key, member) is, packed, a bucket's key and the
 --     fingerprint's int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
 --   n_ack_groups x (host ('' for start URLs' leases, '?' when unknown: each lease's own is read),
---     k, then k lease fields);
+--     k, then k lease fields (frontier_lease: '<lease id>\t<score>\t<host>'));
 --   n_failed x dead-letter entry (JSON), then the last ten:
 --   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
 --   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom
@@ -85,7 +85,7 @@ for _ = 1, na do
     for j = i, i + k - 1 do
       local val = redis.call('HGET', KEYS[3], ARGV[j])
       if val then
-        local h = string.sub(val, string.find(val, '\t', 1, true) + 1)
+        local _, h = lease_of(ARGV[j], val)
         redis.call('HDEL', KEYS[3], ARGV[j])
         if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
       end

@@ -19,7 +19,8 @@
 -- A payload is a request's JSON (serialize.request_to_json, '{' first), or its compact form,
 -- the JSON after its opening '{"url":"https://<host>' (the host being the queue's own; after
 -- '{"url":"http://<host>' with an 'h' before it): frontier.compact_payload. What follows a host
--- is one of ':/?#"', never '{' or 'h'. queue_pop gives the JSON back (one concatenation).
+-- is one of ':/?#"', never '{' or 'h'. queue_pop gives the payloads as stored; the worker
+-- writes the JSON back (frontier.expand_payload), so Redis copies no request twice.
 -- The shard's queued-request count is the string <queue prefix>@queued ('@' never appears in a
 -- host name): moved by each script once, at its end (queued_flush), and only once it exists, so
 -- that a queue written before it was kept is counted whole first (frontier_status, deep).
@@ -27,12 +28,16 @@
 -- queue_add(prefix, host, score, payload, front) (front: true to serve it first) -> true when
 -- the list is new (its host may be new to the hosts index: the caller adds it there);
 -- queue_add_all(prefix, host, score, payloads), the same for several, at the back, in one call;
--- queue_pop(prefix, host, n, ranked) -> {{score, {payload (JSON), ...}}, ...} (highest
+-- queue_pop(prefix, host, n, ranked) -> {{score, {payload (as stored), ...}}, ...} (highest
 -- priority first, at most n in all), how many, and whether the queue is now empty (its keys
 -- gone); ranked: whether the host is in @ranked;
 -- queue_len(prefix, host) -> the requests queued; queued_flush(prefix);
 -- inflight_end(pprefix, host): one lease of the host ended, in the shard's in-flight hash
--- <politeness prefix>@inflight (host -> leases held, absent = 0: frontier_lease).
+-- <politeness prefix>@inflight (host -> leases held, absent = 0: frontier_lease);
+-- lease_of(field, value) -> score, host, payload of an entry of a node's lease hash: written by
+-- frontier_lease as '<lease id>\t<score>\t<host>' -> the payload as stored, or, by an earlier
+-- version, the payload's JSON -> '<score>\t<host>' (a value with a tab: a payload never has one,
+-- JSON escapes it); a start URL's lease ('start:' .. raw -> '\t') gives host ''.
 local queued_delta = 0
 -- the list of a score, and the score as its key writes it (priority 0's is '0', however written)
 local function queue_list(q, score)
@@ -93,12 +98,6 @@ local function queue_pop(prefix, host, n, ranked)
         if tonumber(score) ~= 0 then got = redis.call('LPOP', list, n) end
       end
       if got then
-        -- the JSON back, inline (a function call per request would cost Redis more than the rest)
-        for j = 1, #got do
-          local p = got[j]
-          local b = string.byte(p, 1)
-          if b == 104 then got[j] = '{"url":"http://' .. host .. string.sub(p, 2) elseif b ~= 123 then got[j] = '{"url":"https://' .. host .. p end
-        end
         out[#out + 1] = {score, got}
         n = n - #got
         taken = taken + #got
@@ -128,6 +127,12 @@ local function queue_len(prefix, host)
 end
 local function inflight_end(pprefix, host)
   if redis.call('HINCRBY', pprefix .. '@inflight', host, -1) <= 0 then redis.call('HDEL', pprefix .. '@inflight', host) end
+end
+local function lease_of(field, value)
+  local tab = string.find(value, '\t', 1, true)
+  if tab then return string.sub(value, 1, tab - 1), string.sub(value, tab + 1), field end
+  local score, host = string.match(field, '^[^\t]*\t([^\t]*)\t(.*)$')
+  return score, host, value
 end
 local function queued_flush(prefix)
   if queued_delta ~= 0 then

@@ -18,13 +18,12 @@ for k = 3, #KEYS do
   local all = redis.call('HGETALL', KEYS[k])
   for j = #all - 1, 1, -2 do
     local member, val = all[j], all[j + 1]
-    local tab = string.find(val, '\t', 1, true)
-    local score, host = string.sub(val, 1, tab - 1), string.sub(val, tab + 1)
+    local score, host, payload = lease_of(member, val)
     if host == '' then
       local raw = string.sub(member, #start_prefix + 1)
       if as_set == '1' then redis.call('SADD', KEYS[2], raw) else redis.call('RPUSH', KEYS[2], raw) end
     else
-      queue_add(prefix, host, score, member, true)
+      queue_add(prefix, host, score, payload, true)
       redis.call('ZADD', KEYS[1], 'LT', now, host)  -- LT: also a host parked at its cap (frontier_lease)
       inflight_end(pprefix, host)
     end

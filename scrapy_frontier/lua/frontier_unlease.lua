@@ -17,13 +17,12 @@ local start_prefix = ARGV[3]
 for i = #ARGV, 5, -1 do
   local val = redis.call('HGET', KEYS[2], ARGV[i])
   if val then
-    local tab = string.find(val, '\t', 1, true)
-    local host = string.sub(val, tab + 1)
+    local score, host, payload = lease_of(ARGV[i], val)
     if host == '' then
       local raw = string.sub(ARGV[i], #start_prefix + 1)
       if ARGV[4] == '1' then redis.call('SADD', KEYS[3], raw) else redis.call('RPUSH', KEYS[3], raw) end
     else
-      queue_add(ARGV[1], host, string.sub(val, 1, tab - 1), ARGV[i], true)
+      queue_add(ARGV[1], host, score, payload, true)
       redis.call('ZADD', KEYS[1], 'LT', now, host)  -- LT: also a host parked at its cap (frontier_lease)
       inflight_end(ARGV[2], host)
     end

@@ -484,7 +484,7 @@ class FrontierScheduler(BaseScheduler):
         self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
         held = await self.frontier.lease_fields()
         # Read after the await: a lease acknowledged meanwhile moved from the book to to_ack.
-        unknown = held - self.leases.payloads() - set(self.leases.to_ack)
+        unknown = held - self.leases.fields() - set(self.leases.to_ack)
         if unknown:
             self._seen.clear()  # their acknowledgements were lost: so perhaps their children
             returned = await self.frontier.unlease(sorted(unknown))
@@ -494,10 +494,10 @@ class FrontierScheduler(BaseScheduler):
     async def _give_back_unstarted(self) -> None:
         if not self._local:
             return
-        payloads = [request.meta[LEASE_META] for request in self._local]
-        returned = await self.frontier.unlease(payloads)
-        for payload in payloads:
-            self.leases.forget(payload)
+        fields = [request.meta[LEASE_META] for request in self._local]
+        returned = await self.frontier.unlease(fields)
+        for field in fields:
+            self.leases.forget(field)
         self._local.clear()
         self.stats.inc_value("frontier/released", returned)
         logger.info("Stopping: returned %s not yet started to the frontier", plural(returned, "request"))
@@ -542,24 +542,24 @@ class FrontierScheduler(BaseScheduler):
     async def _refill(self) -> int:
         assert self.spider is not None
         want = self.prefetch - len(self._local)
-        payloads = await self.frontier.lease(want)
-        if not payloads:
+        leases = await self.frontier.lease(want)
+        if not leases:
             await self._feed_start_urls()
             await self._flush()
-            payloads = await self.frontier.lease(want)
-        for payload in payloads:
+            leases = await self.frontier.lease(want)
+        for lease in leases:
             try:
-                request = request_from_json(payload, self.spider)
+                request = request_from_json(lease.payload, self.spider)
             except Exception as exc:
-                self.leases.unreadable(payload, exc)
+                self.leases.unreadable(lease, exc)
                 continue
-            self.leases.take(payload, request)
+            self.leases.take(lease, request)
             self._local.append(request)
-        self.stats.inc_value("frontier/leased", len(payloads))
+        self.stats.inc_value("frontier/leased", len(leases))
         if self.frontier.fed:
             self._learn(self.frontier.fed)
             self.frontier.fed = []
-        return len(payloads)
+        return len(leases)
 
     def _learn(self, fed: list[bytes]) -> None:
         """Add to the local first look what other workers queued (the seen feed's lists)."""

@@ -25,11 +25,12 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_frontier.frontier import Lease
     from scrapy_frontier.keys import Keys
 
 logger = logging.getLogger(__name__)
 
-#: Request meta key: the frontier payload of the lease a request was taken under.
+#: Request meta key: the field of the lease a request was taken under (frontier.Lease).
 LEASE_META = "_frontier_lease"
 #: Request meta key: set by the retry middleware or a callback error, the request failed for good.
 FAILED_META = "_frontier_failed"
@@ -40,6 +41,7 @@ RETRY_DONT_FILTER_META = "dont_filter_by_retry"
 @dataclass
 class _Lease:
     request: Request
+    payload: bytes
     retry_times: int
     redirect_times: int
 
@@ -56,7 +58,7 @@ def failure_record(reason: str, exception: BaseException | Failure) -> dict[str,
 
 class LeaseBook:
     """The leases of one worker, and what to send to Redis about them at the next flush:
-    :attr:`to_ack` (lease payloads) and :attr:`to_fail` (dead-letter records, JSON text)."""
+    :attr:`to_ack` (lease fields) and :attr:`to_fail` (dead-letter records, JSON text)."""
 
     def __init__(self, keys: Keys, node_id: str, stats: StatsCollector, maxsize: int = 0) -> None:
         self.keys = keys
@@ -71,24 +73,24 @@ class LeaseBook:
     def __len__(self) -> int:
         return len(self._leases)
 
-    def payloads(self) -> set[bytes]:
-        """The lease payloads this worker holds."""
+    def fields(self) -> set[bytes]:
+        """The lease fields this worker holds."""
         return set(self._leases)
 
-    def take(self, payload: bytes, request: Request) -> None:
-        """Record that ``request`` (rebuilt from ``payload``) is leased by this worker."""
-        request.meta[LEASE_META] = payload
-        self._leases[payload] = _Lease(request, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0))
+    def take(self, lease: Lease, request: Request) -> None:
+        """Record that ``request`` (rebuilt from ``lease.payload``) is leased by this worker."""
+        request.meta[LEASE_META] = lease.field
+        self._leases[lease.field] = _Lease(request, lease.payload, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0))
 
-    def forget(self, payload: bytes) -> None:
+    def forget(self, field: bytes) -> None:
         """Drop a lease without acknowledging it (given back to the frontier, or reclaimed)."""
-        self._leases.pop(payload, None)
+        self._leases.pop(field, None)
 
     def clear(self) -> None:
         self._leases.clear()
 
-    def ack(self, payload: bytes) -> None:
-        self.to_ack.append(payload)
+    def ack(self, field: bytes) -> None:
+        self.to_ack.append(field)
         self.stats.inc_value("frontier/acked")
 
     def replaced(self, request: Request) -> str | None:
@@ -123,8 +125,9 @@ class LeaseBook:
     def scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
         """Scrapy is done with ``request``'s response or failure ``result``: acknowledge its lease,
         and keep a dead letter when it failed for good. Returns ``passthrough`` (a Deferred callback)."""
-        payload = request.meta.get(LEASE_META)
-        if payload is None or self._leases.pop(payload, None) is None:
+        field = request.meta.get(LEASE_META)
+        lease = self._leases.pop(field, None) if field is not None else None
+        if lease is None:
             return passthrough
         failed = request.meta.get(FAILED_META)
         if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):
@@ -133,8 +136,8 @@ class LeaseBook:
             else:
                 failed = failure_record("download_error", result)
         if failed is not None:
-            self._dead_letter(payload, request, failed)
-        self.ack(payload)
+            self._dead_letter(lease.payload, request, failed)
+        self.ack(field)
         return passthrough
 
     def _cancelled(self, failure: Failure, request: Request) -> dict[str, str]:
@@ -152,11 +155,11 @@ class LeaseBook:
         if request is not None and LEASE_META in request.meta:
             request.meta[FAILED_META] = failure_record("callback_error", failure)
 
-    def unreadable(self, payload: bytes, exc: Exception) -> None:
+    def unreadable(self, lease: Lease, exc: Exception) -> None:
         """A leased payload cannot be rebuilt into a request: kept as a dead letter, acknowledged."""
         logger.error("Unreadable request in the frontier, kept in %s: %s", self.keys.failed, exc)
-        self.to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": payload.decode("utf-8", "replace")}))
-        self.ack(payload)
+        self.to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": lease.payload.decode("utf-8", "replace")}))
+        self.ack(lease.field)
         self.stats.inc_value("frontier/failed/unreadable")
 
     def _dead_letter(self, payload: bytes, request: Request, failed: dict[str, Any]) -> None:
