@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -53,6 +54,25 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
 _META_NOT_NEGATIVE = frozenset({"depth", "download_timeout", "download_maxsize", "download_warnsize", "max_retry_times"})
 #: Spider methods that are not callbacks (Scrapy calls them without a response).
 _NOT_CALLBACKS = frozenset({"start", "start_requests"})
+#: Priorities a Redis sorted set's score (a double) holds exactly.
+_MAX_PRIORITY = 2**53
+
+
+def _refuse_constant(constant: str) -> Any:
+    """``json.loads``'s hook for ``NaN``, ``Infinity`` and ``-Infinity``, which Python reads and
+    JSON has no place for (RFC 8259 section 6): refused, as ``bad_json``."""
+    raise RequestRefused("bad_json", f"{constant} is not a JSON number (RFC 8259 section 6)")
+
+
+def _finite_float(text: str) -> float:
+    """``json.loads``'s hook for numbers with a fraction or exponent: one too large for a double
+    (``1e999``, read as infinity) is refused, as ``bad_json``."""
+    value = float(text)
+    if math.isinf(value):
+        raise RequestRefused("bad_json", f"{text[:50]} is too large for a number")
+    return value
+
+
 _PAYLOAD_KEYS = frozenset({"url", "meta", "method", "headers", "body", "priority", "callback", "cb_kwargs", "dont_filter"})
 
 
@@ -275,7 +295,9 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
     if not text or text[0] not in '{["-0123456789' and text not in ("true", "false", "null"):
         return Request(check_url(text)), []
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RequestRefused:
+        raise
     except ValueError as exc:
         if text[0] not in '{["':  # a digit first: a URL without its scheme (127.0.0.1:8080/x), not JSON
             return Request(check_url(text)), []
@@ -292,6 +314,12 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
             if not isinstance(value, types) or (types is int and isinstance(value, bool)):
                 raise RequestRefused("bad_field", f"{key!r} must be {types.__name__}, got {type(value).__name__}")
             kwargs[key] = value
+    if "priority" in kwargs and abs(kwargs["priority"]) > _MAX_PRIORITY:
+        raise RequestRefused("bad_field", f"priority {kwargs['priority']} is beyond +-2**53 (a sorted set's score holds integers exactly up to there)")
+    for name, value in kwargs.get("headers", {}).items():
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
+            raise RequestRefused("bad_field", f"header {name!r:.100} must be a string, a number or a list of them, got {json.dumps(value)[:100]}")
     if "method" in kwargs and not kwargs["method"].isalpha():
         raise RequestRefused("bad_field", f"method {kwargs['method']!r:.50} is not an HTTP method")
     callback = data.get("callback")

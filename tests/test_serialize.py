@@ -128,6 +128,13 @@ def test_json_object_fields(spider):
         ('{"url": "http://h/", "meta": {"download_timeout": -5}}', "bad_field"),
         ('{"url": "http://h/", "meta": {"depth": -1}}', "bad_field"),
         ('{"url": "http://h/", "callback": "start"}', "bad_field"),
+        ('{"url": "http://h/", "meta": {"download_timeout": NaN}}', "bad_json"),  # Python reads it, JSON has none
+        ('{"url": "http://h/", "meta": {"download_timeout": Infinity}}', "bad_json"),
+        ('{"url": "http://h/", "meta": {"x": 1e999}}', "bad_json"),
+        ('{"url": "http://h/", "headers": {"A": {"b": 1}}}', "bad_field"),  # Scrapy would send "A: b"
+        ('{"url": "http://h/", "headers": {"A": 1.5}}', "bad_field"),
+        ('{"url": "http://h/", "headers": {"A": [{"b": 1}]}}', "bad_field"),
+        ('{"url": "http://h/", "priority": 99999999999999999999999}', "bad_field"),
         # deeper than Python's JSON parser goes (RecursionError): refused by workers and push alike
         ('{"url": "http://h/", "meta": {"x": ' + "[" * 30_000 + "]" * 30_000 + "}}", "bad_payload"),
     ],
