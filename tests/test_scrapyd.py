@@ -183,9 +183,12 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
         "REDIS_URL": redis_url,
         "MYSQL_URL": mysql_url,
         "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
-        # small batches, so that both jobs get a share of 17 pages
+        # small batches, so that both jobs get a share of 17 pages: the job that did not take the
+        # start URL looks again within 0.1 s, and one job alone takes over a second for them
         "FRONTIER_PREFETCH": "2",
         "CONCURRENT_REQUESTS": "2",
+        "FRONTIER_POLL_MAX": "0.1",
+        "DOWNLOAD_DELAY": "0.1",
         "METRICS_PORT": "0",
         "DEAD_LETTER_DIR": str(tmp_path),
     }
