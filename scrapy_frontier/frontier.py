@@ -341,7 +341,7 @@ class Frontier:
         #: The shard of each lease this node holds (lease field -> shard index).
         self._lease_shard: dict[bytes, int] = {}
         #: Lease calls made, from a random start: each call's lease ids start with its number
-        #: (base 36) and a '.', so two frontier objects of one node id never share one.
+        #: (hexadecimal) and a '.', so two frontier objects of one node id never share one.
         self._calls = int.from_bytes(os.urandom(4), "big")
         #: Per shard, when (time.monotonic()) it is next worth a lease call.
         self._shard_due = [0.0] * len(self.shards)
@@ -531,7 +531,7 @@ class Frontier:
         place in the reply, its score and host (``lua/frontier_lease.lua``)."""
         sh = self.shards[i]
         self._calls += 1
-        call = _base36(self._calls) + b"."
+        call = b"%x." % self._calls
         due, feed_last, news, *reply = await self._lease(
             keys=[sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed],
             args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call],
@@ -657,15 +657,6 @@ def _field(lease: Lease | bytes | str) -> bytes:
     if isinstance(lease, Lease):
         return lease.field
     return lease if isinstance(lease, bytes) else lease.encode()
-
-
-def _base36(n: int) -> bytes:
-    digits = b""
-    while True:
-        n, d = divmod(n, 36)
-        digits = b"0123456789abcdefghijklmnopqrstuvwxyz"[d : d + 1] + digits
-        if not n:
-            return digits
 
 
 def _glob(prefix: str) -> str:

@@ -57,7 +57,6 @@ elseif feed_last ~= '' then
 end
 local out = {'', feed_last, #feed}
 for _, fps in ipairs(feed) do out[#out + 1] = fps end
-local head = #out
 -- one command for every host of the call (in chunks: unpack takes a few thousand values at most)
 local function each(cmd, key, list)
   local all = {}
