@@ -1,0 +1,244 @@
+"""Redis's CPU per page of the frontier's own calls, without Scrapy or HTTP: a quick, steady
+measure of what a change to the Lua scripts costs or saves.
+
+    python bench/frontier_calls.py [--hosts 300] [--pages 40] [--cap 2] [--workers 2] [--rounds 3]
+    python bench/frontier_calls.py --hosts 1 --pages 20000 --cap 0      # the single-host site
+
+Crawls the link graph of bench/broad.py's site (``--hosts 1``: bench/speed.py's, 11 links a page)
+with ``--workers`` frontiers of one process taking turns: each leases up to ``--prefetch``
+requests (again once half are done, as the scheduler does), "fetches" ``--batch`` of them, and
+pushes their new links with the acknowledgements in one call, every link first checked against
+the worker's local first look and the seen feed (the scheduler's ``_seen``). The payloads are
+the ``broad`` spider's (``request_to_json``), the dupefilter the packed layout of new crawls.
+Prints, per round, Redis CPU µs per page (``INFO cpu``, user + sys, net of Redis's idle work)
+and the scripts' execution µs per page (``INFO commandstats``: EVALSHA's), then the medians;
+``--profile`` adds one run with every command logged, for each script's share.
+
+Both are times, and this machine's speed varies by up to 2x from one minute to the next (seen
+here: the same run 15 and 25 µs a page). ``--callgrind`` runs the throwaway ``redis-server``
+under valgrind's callgrind instead and prints the instructions Redis executed per page (user
+space: the scripts, the commands, the protocol; not the kernel's network work): the same figure
+every time for the same code, the measure to compare two versions of a script with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import redis.asyncio as aioredis  # noqa: E402
+from scrapy.settings import Settings  # noqa: E402
+
+from bench.redis_cpu import RedisCpu  # noqa: E402
+from bench.speed import RedisServer  # noqa: E402
+from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64  # noqa: E402
+from scrapy_frontier.frontier import Entry, Frontier  # noqa: E402
+from scrapy_frontier.keys import Keys  # noqa: E402
+from scrapy_frontier.scheduler import SEEN_FEED_ENTRIES  # noqa: E402
+from tests.loopback import free_port, wait_port  # noqa: E402
+
+PORT = 8080
+
+
+def host_name(i: int, hosts: int) -> str:
+    return "127.0.0.31" if hosts == 1 else f"127.1.{i // 254}.{i % 254 + 1}"
+
+
+def link_graph(hosts: int, pages: int) -> list[list[tuple[int, int]]]:
+    """Page (host i, page n) at index i * pages + n -> its links, as bench/broad.py and
+    bench/speed.py generate them (not their random draws: the same shape)."""
+    rng = random.Random(7)
+    out = []
+    for i in range(hosts):
+        for n in range(pages):
+            if hosts == 1:
+                out.append([(0, (n + 1) % pages)] + [(0, rng.randrange(pages)) for _ in range(10)])
+            else:
+                out.append([(i, (n + 1) % pages), ((i + 1) % hosts, 0)] + [(rng.randrange(hosts), rng.randrange(pages)) for _ in range(9)])
+    return out
+
+
+class Worker:
+    """One worker's frontier, lease book and local first look."""
+
+    def __init__(self, frontier: Frontier) -> None:
+        self.frontier = frontier
+        self.local: deque[Any] = deque()
+        self.seen: set[int] = set()
+        self.to_ack: list[Any] = []
+        self.to_push: list[Entry] = []
+
+
+async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefetch: int, batch: int) -> int:
+    """Crawl the graph from page 0 of host 0; returns the pages crawled."""
+    client = aioredis.Redis.from_url(url)
+    await client.flushdb()
+    keys = Keys.for_spider(Settings(), "calls")
+    graph = link_graph(hosts, pages)
+    names = [host_name(i, hosts) for i in range(hosts)]
+    dedup = DedupConfig()
+    crew = [Worker(Frontier(client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES)) for k in range(workers)]
+
+    def entry(h: int, n: int, depth: int) -> tuple[int, Entry]:
+        url = f"http://{names[h]}:{PORT}/p{n}.html"
+        digest = hashlib.sha1(url.encode()).digest()
+        payload = json.dumps({"url": url, "callback": "parse", "meta": {"depth": depth}}, separators=(",", ":"))
+        return fingerprint_int64(digest), Entry(digest.hex(), names[h], 0, payload)
+
+    index = {name: i for i, name in enumerate(names)}
+    _, first = entry(0, 0, 0)
+    await crew[0].frontier.push([first])
+    crew[0].seen.add(fingerprint_int64(bytes.fromhex(first.fingerprint)))
+    crawled, idle_rounds = 0, 0
+    while idle_rounds < 3:
+        busy = False
+        for w in crew:
+            if len(w.local) <= prefetch // 2:
+                w.local += await w.frontier.lease(prefetch - len(w.local))
+                for blob in w.frontier.fed:
+                    w.seen.update(int(item) for item in blob.split(b","))
+                w.frontier.fed = []
+            for _ in range(min(batch, len(w.local))):
+                lease = w.local.popleft()
+                req = json.loads(lease.payload)
+                host, _, path = req["url"][len("http://") :].partition("/")
+                h, n = index[host.partition(":")[0]], int(path[1:-5])
+                for lh, ln in graph[h * pages + n]:
+                    key, e = entry(lh, ln, req["meta"]["depth"] + 1)
+                    if key not in w.seen:
+                        w.seen.add(key)
+                        w.to_push.append(e)
+                w.to_ack.append(lease)
+                crawled += 1
+                busy = True
+            if w.to_push or w.to_ack:
+                await w.frontier.push(w.to_push, w.to_ack)
+                w.to_push, w.to_ack = [], []
+        idle_rounds = 0 if busy else idle_rounds + 1
+    await client.aclose()
+    return crawled
+
+
+def run_once(url: str, args: argparse.Namespace, profile: bool = False) -> dict[str, Any]:
+    cpu = RedisCpu(url, profile=profile)
+    cpu.idle(1.0)
+    cpu.start()
+    pages = asyncio.run(crawl(url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch))
+    cpu.stop()
+    fig = cpu.figures(pages)
+    evalsha = fig["commandstats"].get("evalsha", {})
+    fig["pages"] = pages
+    fig["evalsha_us_per_page"] = round(evalsha.get("calls_per_page", 0) * evalsha.get("us_per_call", 0), 2)
+    return fig
+
+
+class CallgrindRedis:
+    """A throwaway ``redis-server`` under callgrind, counting only while :meth:`counting`."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="callgrind-redis-"))
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.dir}/out.%p",
+             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_port("127.0.0.1", self.port, timeout=60)
+
+    def control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, capture_output=True)
+
+    def instructions(self, fn: Any) -> tuple[Any, int]:
+        """(what ``fn()`` returns, the instructions Redis executed meanwhile)."""
+        self.control("-z")
+        self.control("-i", "on")
+        out = fn()
+        self.control("-i", "off")
+        before = len(list(self.dir.glob("out.*.*")))
+        self.control("-d")
+        for _ in range(100):
+            dumps = sorted(self.dir.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
+            if len(dumps) > before:
+                break
+            time.sleep(0.1)
+        for line in dumps[-1].read_text().splitlines():
+            if line.startswith("totals:"):
+                return out, int(line.split()[1])
+        raise RuntimeError(f"no totals in {dumps[-1]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def callgrind_rounds(args: argparse.Namespace) -> None:
+    server = CallgrindRedis()
+    try:
+        figures = []
+        for r in range(args.rounds):
+            pages, ir = server.instructions(lambda: asyncio.run(crawl(server.url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch)))
+            figures.append(ir / pages)
+            print(f"round {r + 1}: {pages} pages, Redis {ir / pages:,.0f} instructions/page", flush=True)
+        print(f"median of {len(figures)}: Redis {statistics.median(figures):,.0f} instructions/page")
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=300)
+    parser.add_argument("--pages", type=int, default=40, help="pages per host")
+    parser.add_argument("--cap", type=int, default=2, help="requests in flight per host, cluster-wide (0: none)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--prefetch", type=int, default=64, help="requests a worker holds (CONCURRENT_REQUESTS)")
+    parser.add_argument("--batch", type=int, default=16, help="pages a worker fetches between two pushes")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="one more run with every command logged (SLOWLOG): each script's share")
+    parser.add_argument("--redis", default=None, help="a Redis database URL (FLUSHED); default: a throwaway redis-server")
+    parser.add_argument("--callgrind", action="store_true", help="count Redis's instructions per page under valgrind (steady) instead of its CPU time")
+    args = parser.parse_args()
+    if args.callgrind:
+        callgrind_rounds(args)
+        return
+    server = None if args.redis else RedisServer()
+    url = args.redis or server.url
+    try:
+        runs = []
+        for r in range(args.rounds):
+            fig = run_once(url, args)
+            runs.append(fig)
+            print(f"round {r + 1}: {fig['pages']} pages, Redis CPU {fig['redis_cpu_us_per_page_net']} µs/page net ({fig['redis_cpu_us_per_page']} raw), EVALSHA {fig['evalsha_us_per_page']} µs/page", flush=True)
+        print(
+            f"median of {len(runs)}: Redis CPU {statistics.median(f['redis_cpu_us_per_page_net'] for f in runs)} µs/page net, "
+            f"EVALSHA {statistics.median(f['evalsha_us_per_page'] for f in runs)} µs/page"
+        )
+        for name, st in runs[-1]["commandstats"].items():
+            print(f"  {name:<16} {st['calls_per_page']:>8} calls/page {st['us_per_call']:>9} µs/call")
+        if args.profile:
+            fig = run_once(url, args, profile=True)
+            print("profiled run (every command logged):")
+            for name, st in fig["profile"].items():
+                print(f"  {name:<26} {st['calls_per_page']:>7} calls/page {st['us_per_call']:>9} µs/call {st['us_per_page']:>7} µs/page {st['share']:.0%}")
+    finally:
+        if server:
+            server.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    main()
