@@ -528,7 +528,8 @@ class Frontier:
         """One shard's lease call: (ms until its earliest host is due, -1 if none; the leases),
         the seen feed's news in :attr:`fed`. The reply's payloads are as the queues store them
         (:func:`expand_payload`), and each lease's field is the call's lease id prefix, its
-        place in the reply, its score and host (``lua/frontier_lease.lua``)."""
+        place among its host's in the reply (1, 2, ...), its score and host
+        (``lua/frontier_lease.lua``)."""
         sh = self.shards[i]
         self._calls += 1
         call = b"%x." % self._calls
@@ -541,13 +542,15 @@ class Frontier:
             self.fed += reply[:news]
         leases: list[Lease] = []
         j = news
-        serial = 0
+        placed: dict[bytes, int] = {}
         while j < len(reply):
             host, score, k = reply[j], reply[j + 1], int(reply[j + 2])
             suffix = b"\t" + score + b"\t" + host
+            n = placed.get(host, 0)
             for stored in reply[j + 3 : j + 3 + k]:
-                serial += 1
-                leases.append(Lease(call + str(serial).encode() + suffix, expand_payload(stored, host)))
+                n += 1
+                leases.append(Lease(b"%s%d%s" % (call, n, suffix), expand_payload(stored, host)))
+            placed[host] = n
             j += 3 + k
         return int(float(due)), leases
 

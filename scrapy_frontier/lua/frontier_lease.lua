@@ -31,13 +31,18 @@
 -- clock is never compared with the server's); then the seen feed (frontier_push): the id of the
 -- last entry read ('' without a feed), k, and the k fingerprint lists that other nodes pushed
 -- since ARGV[6]; then, for each host and priority leased from: the host, the score, how many,
--- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). The
--- i-th payload of the reply is leased as ARGV[9] .. i .. '\t' .. score .. '\t' .. host.
+-- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). A
+-- payload is leased as ARGV[9] .. k .. '\t' .. score .. '\t' .. host, k its place among the
+-- payloads of its host in the reply (1, 2, ...: a host's count in a call, which int_text
+-- writes once per value, not a serial of the call, formatted once per request).
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
 local PARK_MS = 30000
-local prefix, now, want = ARGV[1], redis_now_ms(), tonumber(ARGV[2])
+local now, now_text = redis_now_ms()
+local prefix, want = ARGV[1], tonumber(ARGV[2])
+-- a parked host's score, as text (int_text)
+local park_text = tostring(now + PARK_MS)
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local INFLIGHT = pprefix .. '@inflight'
 -- no live rate at all (the usual case): no HMGET of the rates
@@ -48,7 +53,7 @@ if feed_last == '$' then
   local newest = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
   feed_last = newest[1] and newest[1][1] or '0-0'
 elseif feed_last ~= '' then
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[4], '(' .. feed_last, '+', 'COUNT', tonumber(ARGV[8]))) do
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[4], '(' .. feed_last, '+', 'COUNT', ARGV[8])) do
     feed_last = entry[1]
     local f = entry[2]
     -- fields n (node), f (fingerprints), as frontier_push writes them
@@ -67,11 +72,12 @@ local function each(cmd, key, list)
   return all
 end
 -- the lease hash's entries: '<lease id>\t<score>\t<host>' -> the payload as stored (the lease
--- id: ARGV[9], this call's, and the request's place in the reply), so that an acknowledgement
--- sends a few bytes, not the request, and no payload is copied
-local fields, call, serial = {}, ARGV[9], 0
--- each host's new score in the index (false: out of it) and new in-flight count, written at
--- the end; the walk reads only its own lists of hosts, never the index again
+-- id: ARGV[9], this call's, and the request's place among its host's in the reply: placed), so
+-- that an acknowledgement sends a few bytes, not the request, and no payload is copied
+local fields, call, placed = {}, ARGV[9], {}
+-- each host's new score in the index (false: out of it; text where it is now or parked, as
+-- most are) and new in-flight count, written at the end; the walk reads only its own lists of
+-- hosts, never the index again
 local rescore, counted, held = {}, {}, {}
 -- The due hosts, a batch at a time: with a cap, as many as can give the requests wanted (cap
 -- each), so that a broad crawl takes cap requests a host visit, not one; the next batch only
@@ -82,7 +88,7 @@ while want > 0 and offset < visit_max do
   local limit = want
   if cap > 0 then limit = math.ceil(want / cap) end
   limit = math.min(limit, visit_max - offset)
-  local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', offset, limit)
+  local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'LIMIT', int_text[offset], int_text[limit])
   offset = offset + #hosts
   if #hosts == 0 then break end
   local rated, ranked, live = {}, {}, {}
@@ -91,7 +97,7 @@ while want > 0 and offset < visit_max do
   local sets = each('SMISMEMBER', prefix .. '@ranked', hosts)
   local rates = rates_key and each('HMGET', rates_key, hosts)
   for j, host in ipairs(hosts) do
-    held[host] = math.max(0, tonumber(counts[j] or 0))
+    held[host] = math.max(0, counts[j] and int_of(counts[j]) or 0)
     ranked[host] = sets[j] == 1
     live[host] = rates and num(rates[j]) or nil
     rated[host] = default_rate > 0 or limited[j] == 1 or live[host] ~= nil
@@ -110,13 +116,14 @@ while want > 0 and offset < visit_max do
         rescore[host] = due
         take = 0
       elseif cap > 0 and inflight >= cap then
-        rescore[host] = now + PARK_MS
+        rescore[host] = park_text
         take = 0
       end
       if take > 0 then
         if rate > 0 then take = 1 end
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
+        local k = placed[host] or 0
         for _, group in ipairs(groups) do
           local score, payloads = group[1], group[2]
           local suffix = '\t' .. score .. '\t' .. host
@@ -124,25 +131,27 @@ while want > 0 and offset < visit_max do
           out[#out + 1] = score
           out[#out + 1] = #payloads
           for _, payload in ipairs(payloads) do
-            serial = serial + 1
-            fields[#fields + 1] = call .. serial .. suffix
+            k = k + 1
+            fields[#fields + 1] = call .. int_text[k] .. suffix
             fields[#fields + 1] = payload
             out[#out + 1] = payload
           end
         end
+        placed[host] = k
         want = want - got
         held[host] = inflight + got
         if got > 0 then counted[host] = true end
-        local ready = now
+        local ready, ready_text = now, now_text
         if rate > 0 then
           ready = now + math.ceil(1000 / rate)
+          ready_text = ready
           redis.call('HSET', pprefix .. host, 'next', ready)
         end
-        if cap > 0 and held[host] >= cap then ready = math.max(ready, now + PARK_MS) end
+        if cap > 0 and held[host] >= cap and ready < now + PARK_MS then ready, ready_text = now + PARK_MS, park_text end
         if empty then
           rescore[host] = false
         else
-          rescore[host] = ready
+          rescore[host] = ready_text
           if ready <= now then next_round[#next_round + 1] = host end
         end
       end
@@ -169,7 +178,7 @@ for host, score in pairs(rescore) do
 end
 for host in pairs(counted) do
   counts[#counts + 1] = host
-  counts[#counts + 1] = held[host]
+  counts[#counts + 1] = int_text[held[host]]
 end
 flush('ZADD', KEYS[1], scores, 2000)
 flush('ZREM', KEYS[1], gone, 1000)

@@ -37,9 +37,9 @@ local pprefix, BITS = ARGV[#ARGV - 9], ARGV[#ARGV - 8]
 local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 7], tonumber(ARGV[#ARGV - 6]), tonumber(ARGV[#ARGV - 5]), tonumber(ARGV[#ARGV - 4])
 local CAP = tonumber(ARGV[#ARGV - 3])
 local duplicates = ARGV[#ARGV - 2] == '1' and {} or nil
-local NODE, FEED = ARGV[#ARGV - 1], tonumber(ARGV[#ARGV])
-local fed = FEED > 0 and {} or nil
-local NOW = redis_now_ms()
+local NODE, FEED = ARGV[#ARGV - 1], ARGV[#ARGV]
+local fed = FEED ~= '0' and {} or nil
+local NOW, now_text = redis_now_ms()
 local now = NOW
 --! include dupefilter_seen
 local ng, na, nf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -63,7 +63,7 @@ for _ = 1, ng do
     i = i + 3
   end
   if #new > 0 then
-    if queue_add_all(prefix, host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now, host) end
+    if queue_add_all(prefix, host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now_text, host) end
     added = added + #new
   end
 end
@@ -119,17 +119,17 @@ if #hs > 0 then
     local part = {unpack(hs, j, math.min(j + 999, #hs))}
     local was = redis.call('HMGET', INFLIGHT, unpack(part))
     for k, h in ipairs(part) do
-      local before = tonumber(was[k] or 0)
+      local before = was[k] and int_of(was[k]) or 0
       local left = before - ended[h]
       if left > 0 then
         counts[#counts + 1] = h
-        counts[#counts + 1] = left
+        counts[#counts + 1] = int_text[left]
       else
         zeroed[#zeroed + 1] = h
       end
       -- below the cap again: back in the hosts index now (frontier_lease parked it)
       if CAP > 0 and left < CAP and before >= CAP then
-        back[#back + 1] = now
+        back[#back + 1] = now_text
         back[#back + 1] = h
       end
     end

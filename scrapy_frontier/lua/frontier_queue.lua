@@ -39,9 +39,22 @@
 -- version, the payload's JSON -> '<score>\t<host>' (a value with a tab: a payload never has one,
 -- JSON escapes it); a start URL's lease ('start:' .. raw -> '\t') gives host ''.
 local queued_delta = 0
+-- int_text[n]: the decimal text of an integer n, formatted once a call: counts and positions
+-- given to redis.call or written into a lease field as text, not as numbers (which Lua and
+-- Redis format with '%.14g' and '%.17g', each time). int_of(text): the integer a reply gives
+-- (HMGET of counts), small ones without a strtod.
+local int_text = setmetatable({}, {__index = function(t, n)
+  local s = string.format('%d', n)
+  t[n] = s
+  return s
+end})
+local small_ints = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4}
+local function int_of(text)
+  return small_ints[text] or tonumber(text)
+end
 -- the list of a score, and the score as its key writes it (priority 0's is '0', however written)
 local function queue_list(q, score)
-  if tonumber(score) == 0 then return q .. '#0', '0' end
+  if score == '0' or tonumber(score) == 0 then return q .. '#0', '0' end
   return q .. '#' .. score, score
 end
 -- a list that is new: its priority goes in <q> (and the host in @ranked), but 0's; true, for
@@ -78,7 +91,7 @@ local function queue_pop(prefix, host, n, ranked)
     -- the highest indexed priority, unless priority 0 comes first (scores >= 0: priorities <= 0)
     local score = ranked and redis.call('ZRANGE', q, 0, 0)[1] or nil
     local got
-    if score == nil or tonumber(score) >= 0 then got = redis.call('LPOP', zero, n) end
+    if score == nil or tonumber(score) >= 0 then got = redis.call('LPOP', zero, int_text[n]) end
     if not got and score == nil then
       -- nothing at priority 0 and no other priority indexed: empty, unless <q> is there all the
       -- same (a queue written before @ranked was kept, see above), from now on in @ranked
@@ -95,7 +108,7 @@ local function queue_pop(prefix, host, n, ranked)
         score = '0'
       else
         list = q .. '#' .. score
-        if tonumber(score) ~= 0 then got = redis.call('LPOP', list, n) end
+        if tonumber(score) ~= 0 then got = redis.call('LPOP', list, int_text[n]) end
       end
       if got then
         out[#out + 1] = {score, got}

@@ -3,8 +3,12 @@
 -- booking, pauses, the recrawl age. The time is the Redis server's (TIME), never a worker's
 -- clock, so workers whose clocks disagree by minutes still agree on it. Allowed in a script
 -- that writes since Redis 5 (effects replication, the only mode of Redis 7).
--- Defines: redis_now_ms() -> the server's time, Unix ms (an integer).
+-- Defines: redis_now_ms() -> the server's time, Unix ms (an integer), and the same as text,
+-- written from TIME's digits: a number given to redis.call is formatted with '%.17g' (about as
+-- costly as the command it is given to), so a script that writes the time many times (scores
+-- of an index) passes the text.
 local function redis_now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
 end
