@@ -73,6 +73,10 @@ if TYPE_CHECKING:
 
 #: Field prefix of a raw start-URL payload held under lease (:data:`scrapy_frontier.keys.START_LEASE_PREFIX`).
 START_PREFIX = START_LEASE_PREFIX.encode()
+#: A field of every lease hash that is not a lease: its value, longer than Redis's
+#: ``hash-max-listpack-value``, keeps the hash in the hashtable encoding (``lua/frontier_lease.lua``).
+#: Readers of a lease hash skip it; ``lua/lease_count.lua`` counts the leases without it.
+LEASE_MARK = b"@"
 #: Shards one refill visits at most, concurrently (a sharded crawl).
 LEASE_FANOUT = 4
 #: Seen-feed entries one lease call reads at most (each one push call's new fingerprints).
@@ -594,6 +598,7 @@ class Frontier:
             out.update(fields)
         for fields in replies[len(self.shards) :]:
             out.update(fields)
+        out.discard(LEASE_MARK)
         return out
 
     async def take_start_urls(self, n: int) -> list[bytes]:

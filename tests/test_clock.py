@@ -51,7 +51,7 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
         # machine comes seconds after its "Joined" line (CI: 5 of the 30 pages left by then).
         node = re.search(r"as node (\S+)", other.output).group(1)
         deadline = time.monotonic() + 60
-        while not redis_client.hlen(f"site:leases:{node}") and other.proc.poll() is None and time.monotonic() < deadline:
+        while redis_client.hlen(f"site:leases:{node}") - redis_client.hexists(f"site:leases:{node}", "@") <= 0 and other.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         joined = time.time()
     for w in (plain, other):

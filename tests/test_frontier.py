@@ -62,12 +62,14 @@ def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
         await f.push([entry("a"), entry("b")])
         taken = await f.lease(10)
         assert sorted(payloads(taken)) == [b'{"url":"a"}', b'{"url":"b"}']
-        assert await r.hlen(f.lease_key) == 2
+        # the two leases and the mark that keeps the hash a hashtable (frontier_lease)
+        assert await r.hlen(f.lease_key) == 3 and await r.hexists(f.lease_key, "@")
+        assert await r.object("encoding", f.lease_key) == b"hashtable"
         assert await r.exists(KEYS.queue_prefix + "h") == 0
         assert await r.zcard(KEYS.slots) == 0
         # a page's children and its acknowledgement arrive in one call
         assert await f.push([entry("child")], acks=[taken[0]], failed=['{"reason":"x"}']) == 1
-        assert await r.hlen(f.lease_key) == 1
+        assert await r.hlen(f.lease_key) == 2
         assert await r.llen(KEYS.failed) == 1
         return payloads(await f.lease(10))
 
@@ -136,6 +138,7 @@ def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redi
         taken = await f.lease(10)
         # the lease hash holds each request as its queue stored it, under a short field
         held = await r.hgetall(f.lease_key)
+        assert held.pop(b"@")  # the hash's mark, no lease
         assert sorted(held) == sorted(t.field for t in taken)
         assert sorted(held.values()) == sorted(stored) and all(len(t.field) < 40 for t in taken)
         assert not await r.exists(q + "#0") and not await r.exists(q) and await r.zcard(KEYS.slots) == 0
@@ -261,7 +264,9 @@ def test_leases_written_by_an_earlier_version_are_given_back_whole(redis_url):
         await r.hset(f.lease_key, mapping={'{"url":"https://h/old"}': "0\th", '{"url":"https://h/high"}': "-5\th"})
         await r.hset(KEYS.politeness_prefix + "@inflight", "h", 3)
         assert await f.unlease([b'{"url":"https://h/old"}']) == 1
-        assert sorted(await r.hvals(f.lease_key)) == [b"-5\th", b'/new"}']
+        held = await r.hgetall(f.lease_key)
+        assert held.pop(b"@")  # the hash's mark (frontier_lease), no lease
+        assert sorted(held.values()) == [b"-5\th", b'/new"}']
         restored, nodes = reclaim_dead(redis.Redis.from_url(redis_url), KEYS, 0)
         served = [json.loads(p)["url"] for p in payloads(await Frontier(r, KEYS, "n2").lease(10))]
         return restored, served, await r.hget(KEYS.politeness_prefix + "@inflight", "h")
@@ -293,7 +298,7 @@ def test_reclaim_takes_back_only_dead_nodes_leases(redis_url):
         assert live_hb.reclaim() == (1, 1)
         assert await r.zrange(KEYS.nodes, 0, -1) == [b"live"]
         assert not dead_hb.beat()  # the dead node learns it was dropped
-        return await r.hlen(f_live.lease_key), await f_live.status(deep=True)
+        return await r.hlen(f_live.lease_key) - await r.hexists(f_live.lease_key, "@"), await f_live.status(deep=True)
 
     held, status = run(with_frontier(redis_url, go, node="dead"))
     assert dropped == [1]
@@ -337,7 +342,7 @@ def test_unlease_returns_only_the_given_requests(redis_url):
         await f.push([entry("a"), entry("b")])
         taken = await f.lease(5)
         assert await f.unlease([taken[0], b"not-a-lease"]) == 1
-        return await r.hkeys(f.lease_key), await f.lease(5)
+        return [k for k in await r.hkeys(f.lease_key) if k != b"@"], await f.lease(5)
 
     held, again = run(with_frontier(redis_url, go))
     assert len(held) == 1 and len(again) == 1 and held[0] != again[0].field

@@ -24,6 +24,7 @@ from scrapy_frontier.connection import (
 from scrapy_frontier.frontier import read_status
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
 from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
+from scrapy_frontier.scripts import source
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
@@ -40,14 +41,15 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     now = seconds + micros / 1e6
     shards = keys.all_shards()
     per_node = 1 + len(shards) + (1 if keys.shards else 0)
+    lease_count = source("lease_count")
     with client.pipeline(transaction=False) as pipe:
         nodes = client.zrange(keys.nodes, 0, -1, withscores=True)
         for node, _ in nodes:
             pipe.hgetall(keys.node_info(node.decode()))
             for sh in shards:
-                pipe.hlen(sh.leases(node.decode()))
+                pipe.eval(lease_count, 1, sh.leases(node.decode()))
             if keys.shards:
-                pipe.hlen(keys.start_leases(node.decode()))
+                pipe.eval(lease_count, 1, keys.start_leases(node.decode()))
         for key in (keys.start_urls_invalid, keys.items_invalid, keys.items_pending):
             pipe.llen(key)
         pipe.hgetall(keys.stats)

@@ -6,19 +6,37 @@
 -- KEYS[3...] lease hashes
 -- ARGV[1] queue prefix (+ host), ARGV[2] politeness prefix (+ host), ARGV[3] start URLs as a
 -- set (1/0), ARGV[4] lease field prefix of a raw start URL
--- Returns how many leases were restored. Leases are put back last first, each to the front of
--- its list: a lease hash small enough for Redis's listpack keeps the order its leases were
--- written in (frontier_lease: the order they were taken), so they are served in it again.
+-- Returns how many leases were restored. Leases are put back in the order they were taken,
+-- each host's first at the front of its list, so they are served in it again: a lease hash is
+-- a hashtable (frontier_lease's mark), whose order is no order, so the leases are sorted by
+-- their lease id (the call's number, in hexadecimal, then the lease's place among its host's);
+-- a lease without one (a start URL, or written by an earlier version) keeps the hash's order.
 --! include redis_time
 --! include frontier_queue
 local now = redis_now_ms()
 local prefix, pprefix, as_set, start_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local restored = 0
+-- the order a lease was taken in: {call, place, index in the hash}
+local function taken_at(member, j)
+  local call, place = string.match(member, '^(%x+)%.(%d+)\t')
+  if call then return {tonumber(call, 16), tonumber(place), j} end
+  return {-1, 0, j}
+end
+local function before(a, b)
+  if a.at[1] ~= b.at[1] then return a.at[1] < b.at[1] end
+  if a.at[2] ~= b.at[2] then return a.at[2] < b.at[2] end
+  return a.at[3] < b.at[3]
+end
 for k = 3, #KEYS do
   local all = redis.call('HGETALL', KEYS[k])
-  for j = #all - 1, 1, -2 do
-    local member, val = all[j], all[j + 1]
-    local score, host, payload = lease_of(member, val)
+  local leases = {}
+  for j = 1, #all - 1, 2 do
+    if all[j] ~= '@' then leases[#leases + 1] = {member = all[j], val = all[j + 1], at = taken_at(all[j], j)} end
+  end
+  table.sort(leases, before)
+  for j = #leases, 1, -1 do
+    local member = leases[j].member
+    local score, host, payload = lease_of(member, leases[j].val)
     if host == '' then
       local raw = string.sub(member, #start_prefix + 1)
       if as_set == '1' then redis.call('SADD', KEYS[2], raw) else redis.call('RPUSH', KEYS[2], raw) end

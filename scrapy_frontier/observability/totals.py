@@ -112,7 +112,7 @@ class ClusterTotals:
             shards = k.all_shards()
             if not final:
                 for sh in shards:
-                    pipe.hlen(sh.leases(self.node_id))
+                    pipe.eval(source("lease_count"), 1, sh.leases(self.node_id))
                 pipe.llen(k.start_urls_invalid)
                 pipe.llen(k.items_invalid)
                 for sh in shards:
