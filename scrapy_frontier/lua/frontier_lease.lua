@@ -17,13 +17,14 @@
 -- other than 0 (@ranked, frontier_queue); the new scores and counts are written at the end,
 -- each in one command. So a host costs its LPOP (and an EXISTS when it gave as many as asked:
 -- is its list gone?), and its HMGET only when it has a rate or is limited.
--- The lease hash holds one more field, '@' (LEASE_MARK), whose value is longer than Redis's
--- hash-max-listpack-value (64 bytes by default): the hash is then kept in the hashtable encoding,
--- where setting, finding and deleting a lease costs the same however many the node holds (in a
--- listpack each is a scan from its start: 10 % of Redis's work in a broad crawl). It is written
--- with the leases of every call, in the same HSET (Redis converts before it inserts), is no
--- lease, and every reader of the hash skips it (lease_count, frontier_restore, frontier_status,
--- Frontier.lease_fields).
+-- The lease hash and the in-flight hash hold one more field each, '@' (LEASE_MARK), whose value
+-- is longer than Redis's hash-max-listpack-value (64 bytes by default): the hash is then kept in
+-- the hashtable encoding, where setting, finding and deleting a field costs the same however many
+-- the hash holds (in a listpack each is a scan from its start: 11 % of Redis's work in a broad
+-- crawl, for the two). It is written with the leases (or counts) of every call, in the same HSET
+-- (Redis converts before it inserts), is no lease and no host, and every reader of a lease hash
+-- skips it (lease_count, frontier_restore, frontier_status, Frontier.lease_fields); the in-flight
+-- hash is read by host only.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
 -- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed
@@ -193,6 +194,10 @@ for host in pairs(counted) do
 end
 flush('ZADD', KEYS[1], scores, 2000)
 flush('ZREM', KEYS[1], gone, 1000)
+if #counts > 0 then
+  counts[#counts + 1] = '@'
+  counts[#counts + 1] = "not a host: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
+end
 flush('HSET', INFLIGHT, counts, 2000)
 queued_flush(prefix)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
