@@ -87,7 +87,7 @@ class RedisCpu:
             # what is left once Redis's own idle work over the run's duration is taken out
             "redis_idle_us_per_s": round(idle, 1) if idle is not None else None,
             "redis_cpu_us_per_page_net": round((spent * 1e6 - idle * self.seconds) / pages, 1) if pages and idle is not None else None,
-            "commandstats": {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)} for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:12]},
+            "commandstats": {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)} for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:20]},
         }
         if self.profile:
             names = script_names()

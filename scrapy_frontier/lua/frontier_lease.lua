@@ -53,8 +53,11 @@ local prefix, want = ARGV[1], tonumber(ARGV[2])
 local park_text = tostring(now + PARK_MS)
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local INFLIGHT = pprefix .. '@inflight'
--- no live rate at all (the usual case): no HMGET of the rates
+-- no live rate at all (the usual case): no HMGET of the rates; no host limited, none with
+-- priorities (most crawls, most of the time): no SMISMEMBER of those sets either
 local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
+local limited_key = redis.call('EXISTS', pprefix .. '@limited') == 1 and pprefix .. '@limited'
+local ranked_key = redis.call('EXISTS', prefix .. '@ranked') == 1 and prefix .. '@ranked'
 -- the seen feed: what the other nodes queued since this node last looked
 local feed_last, feed = ARGV[6], {}
 if feed_last == '$' then
@@ -72,6 +75,7 @@ local out = {'', feed_last, #feed}
 for _, fps in ipairs(feed) do out[#out + 1] = fps end
 -- one command for every host of the call (in chunks: unpack takes a few thousand values at most)
 local function each(cmd, key, list)
+  if #list <= 1000 then return redis.call(cmd, key, unpack(list)) end
   local all = {}
   for j = 1, #list, 1000 do
     local part = redis.call(cmd, key, unpack(list, j, math.min(j + 999, #list)))
@@ -101,14 +105,21 @@ while want > 0 and offset < visit_max do
   if #hosts == 0 then break end
   local rated, ranked, live = {}, {}, {}
   local counts = each('HMGET', INFLIGHT, hosts)
-  local limited = each('SMISMEMBER', pprefix .. '@limited', hosts)
-  local sets = each('SMISMEMBER', prefix .. '@ranked', hosts)
+  local limited = limited_key and each('SMISMEMBER', limited_key, hosts)
+  local sets = ranked_key and each('SMISMEMBER', ranked_key, hosts)
   local rates = rates_key and each('HMGET', rates_key, hosts)
   for j, host in ipairs(hosts) do
-    held[host] = math.max(0, counts[j] and int_of(counts[j]) or 0)
-    ranked[host] = sets[j] == 1
-    live[host] = rates and num(rates[j]) or nil
-    rated[host] = default_rate > 0 or limited[j] == 1 or live[host] ~= nil
+    local c = counts[j]
+    held[host] = c and math.max(0, int_of(c)) or 0
+  end
+  if sets then
+    for j, host in ipairs(hosts) do ranked[host] = sets[j] == 1 end
+  end
+  if default_rate > 0 or limited or rates then
+    for j, host in ipairs(hosts) do
+      live[host] = rates and num(rates[j]) or nil
+      rated[host] = default_rate > 0 or (limited and limited[j] == 1) or live[host] ~= nil
+    end
   end
   local left = hosts
   while want > 0 and #left > 0 do
