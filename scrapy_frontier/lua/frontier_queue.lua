@@ -39,15 +39,11 @@
 -- version, the payload's JSON -> '<score>\t<host>' (a value with a tab: a payload never has one,
 -- JSON escapes it); a start URL's lease ('start:' .. raw -> '\t') gives host ''.
 local queued_delta = 0
--- int_text[n]: the decimal text of an integer n (0 to 64 written out, others formatted once a
+-- int_text[n]: the decimal text of an integer n (0 to 9 written out, others formatted once a
 -- call): counts and positions given to redis.call or written into a lease field as text, not
 -- as numbers (which Lua and Redis format with '%.14g' and '%.17g', each time). int_of(text):
 -- the integer a reply gives (HMGET of counts), small ones without a strtod.
-local int_text = setmetatable({[0] = '0',
-  '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16',
-  '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31', '32',
-  '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46', '47', '48',
-  '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61', '62', '63', '64'}, {__index = function(t, n)
+local int_text = setmetatable({[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}, {__index = function(t, n)
   local s = string.format('%d', n)
   t[n] = s
   return s
