@@ -29,10 +29,7 @@ import hashlib
 import json
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -44,13 +41,12 @@ if str(ROOT) not in sys.path:
 import redis.asyncio as aioredis  # noqa: E402
 from scrapy.settings import Settings  # noqa: E402
 
-from bench.redis_cpu import RedisCpu  # noqa: E402
+from bench.redis_cpu import CallgrindRedis, RedisCpu  # noqa: E402
 from bench.speed import RedisServer  # noqa: E402
 from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64  # noqa: E402
 from scrapy_frontier.frontier import Entry, Frontier  # noqa: E402
 from scrapy_frontier.keys import Keys  # noqa: E402
 from scrapy_frontier.scheduler import SEEN_FEED_ENTRIES  # noqa: E402
-from tests.loopback import free_port, wait_port  # noqa: E402
 
 PORT = 8080
 
@@ -145,46 +141,6 @@ def run_once(url: str, args: argparse.Namespace, profile: bool = False) -> dict[
     fig["pages"] = pages
     fig["evalsha_us_per_page"] = round(evalsha.get("calls_per_page", 0) * evalsha.get("us_per_call", 0), 2)
     return fig
-
-
-class CallgrindRedis:
-    """A throwaway ``redis-server`` under callgrind, counting only while :meth:`counting`."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="callgrind-redis-"))
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.dir}/out.%p",
-             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        wait_port("127.0.0.1", self.port, timeout=60)
-
-    def control(self, *args: str) -> None:
-        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, capture_output=True)
-
-    def instructions(self, fn: Any) -> tuple[Any, int]:
-        """(what ``fn()`` returns, the instructions Redis executed meanwhile)."""
-        self.control("-z")
-        self.control("-i", "on")
-        out = fn()
-        self.control("-i", "off")
-        before = len(list(self.dir.glob("out.*.*")))
-        self.control("-d")
-        for _ in range(100):
-            dumps = sorted(self.dir.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
-            if len(dumps) > before:
-                break
-            time.sleep(0.1)
-        for line in dumps[-1].read_text().splitlines():
-            if line.startswith("totals:"):
-                return out, int(line.split()[1])
-        raise RuntimeError(f"no totals in {dumps[-1]}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
 
 
 def callgrind_rounds(args: argparse.Namespace) -> None:

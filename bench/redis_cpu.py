@@ -1,15 +1,22 @@
 """Redis's CPU per crawled page, and where it goes: ``INFO cpu``, ``INFO commandstats`` and,
-profiled, every command's execution time from ``SLOWLOG`` summed per script.
+profiled, every command's execution time from ``SLOWLOG`` summed per script; and, steadier than
+any time, the instructions Redis executes (:class:`CallgrindRedis`).
 
-Used by bench/speed.py (every scrapy-redis and frontier crawl of the benchmark) and bench/broad.py.
+Used by bench/speed.py (every scrapy-redis and frontier crawl of the benchmark), bench/broad.py,
+bench/frontier_calls.py and bench/redis_instructions.py.
 """
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import redis
+
+from tests.loopback import free_port, wait_port
 
 
 def script_names() -> dict[str, str]:
@@ -108,3 +115,47 @@ class RedisCpu:
             out["logged_us_per_page"] = round(total / pages, 1)
             out["profile"] = {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1), "us_per_page": round(u / pages, 2), "share": round(u / total, 3)} for k, (c, u) in sorted(per.items(), key=lambda kv: -kv[1][1])}
         return out
+
+
+class CallgrindRedis:
+    """A throwaway ``redis-server`` on a free loopback port, run by valgrind's callgrind, which
+    counts the instructions it executes (user space: its commands, scripts and protocol, not the
+    kernel's network work) only inside :meth:`instructions`. The count is the same run after run
+    for the same code and work, where a time on this machine varies by up to 2x; Redis runs about
+    20 times slower meanwhile. Needs valgrind (``apt-get install valgrind``)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="callgrind-redis-"))
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.dir}/out.%p",
+             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_port("127.0.0.1", self.port, timeout=60)
+
+    def control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, capture_output=True)
+
+    def instructions(self, fn: Any) -> tuple[Any, int]:
+        """(what ``fn()`` returns, the instructions Redis executed meanwhile)."""
+        self.control("-z")
+        self.control("-i", "on")
+        out = fn()
+        self.control("-i", "off")
+        before = len(list(self.dir.glob("out.*.*")))
+        self.control("-d")
+        for _ in range(100):
+            dumps = sorted(self.dir.glob("out.*.*"), key=lambda p: int(p.suffix[1:]))
+            if len(dumps) > before:
+                break
+            time.sleep(0.1)
+        for line in dumps[-1].read_text().splitlines():
+            if line.startswith("totals:"):
+                return out, int(line.split()[1])
+        raise RuntimeError(f"no totals in {dumps[-1]}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
