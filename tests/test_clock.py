@@ -67,7 +67,9 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     # ms on a loaded machine (CI: 7 in 1 s at 5/s), while a worker going by its own skewed clock
     # would send every page at once
     assert max_in_window(times, 2.0) <= 2 * RATE + 1
-    # a fair share each of what was left once both took leases
-    assert min(shares) >= after // 4, (shares, after)
+    # a share each of what was left once both took leases: a worker going by its own skewed clock
+    # would wait 2 minutes for a host due now and get none (a full test run on the 2-core machine
+    # saw [51, 9] of 42 left for the late worker under libfaketime; quiet runs give 20 to 37 of 45)
+    assert min(shares) >= after // 6, (shares, after)
     for w in (plain, other):
         assert "declared dead" not in w.output and "Reclaimed" not in w.output, w.output[-3000:]
