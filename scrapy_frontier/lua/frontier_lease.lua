@@ -73,6 +73,8 @@ elseif feed_last ~= '' then
 end
 local out = {'', feed_last, #feed}
 for _, fps in ipairs(feed) do out[#out + 1] = fps end
+-- out's and fields' lengths, counted (a # is a search of the table each time)
+local nout, nfields = #out, 0
 -- one command for every host of the call (in chunks: unpack takes a few thousand values at most)
 local function each(cmd, key, list)
   if #list <= 1000 then return redis.call(cmd, key, unpack(list)) end
@@ -146,14 +148,14 @@ while want > 0 and offset < visit_max do
         for _, group in ipairs(groups) do
           local score, payloads = group[1], group[2]
           local suffix = '\t' .. score .. '\t' .. host
-          out[#out + 1] = host
-          out[#out + 1] = score
-          out[#out + 1] = #payloads
+          out[nout + 1], out[nout + 2], out[nout + 3] = host, score, #payloads
+          nout = nout + 3
           for _, payload in ipairs(payloads) do
             k = k + 1
-            fields[#fields + 1] = call .. int_text[k] .. suffix
-            fields[#fields + 1] = payload
-            out[#out + 1] = payload
+            fields[nfields + 1], fields[nfields + 2] = call .. int_text[k] .. suffix, payload
+            nfields = nfields + 2
+            nout = nout + 1
+            out[nout] = payload
           end
         end
         placed[host] = k
@@ -185,9 +187,9 @@ end
 local function flush(cmd, key, list, step)
   for j = 1, #list, step do redis.call(cmd, key, unpack(list, j, math.min(j + step - 1, #list))) end
 end
-if #fields > 0 then
-  fields[#fields + 1] = '@'
-  fields[#fields + 1] = "not a lease: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
+if nfields > 0 then
+  fields[nfields + 1] = '@'
+  fields[nfields + 2] = "not a lease: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
 end
 flush('HSET', KEYS[2], fields, 2000)
 local scores, gone, counts = {}, {}, {}

@@ -47,7 +47,7 @@ local packed = MODE == 'packed'
 local added = 0
 local i = 5
 for _ = 1, ng do
-  local host, score, k = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local host, score, k = ARGV[i], ARGV[i + 1], int_of(ARGV[i + 2])
   i = i + 3
   local new = {}
   for _ = 1, k do
@@ -79,7 +79,7 @@ end
 local INFLIGHT = pprefix .. '@inflight'
 local ended, named, owner, owners = {}, {}, {}, 0
 for _ = 1, na do
-  local host, k = ARGV[i], tonumber(ARGV[i + 1])
+  local host, k = ARGV[i], int_of(ARGV[i + 1])
   i = i + 2
   if host == '?' then
     for j = i, i + k - 1 do
