@@ -41,15 +41,15 @@
 -- since ARGV[6]; then, for each host and priority leased from: the host, the score, how many,
 -- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). A
 -- payload is leased as ARGV[9] .. k .. '\t' .. score .. '\t' .. host, k its place among the
--- payloads of its host in the reply (1, 2, ...: a host's count in a call, which int_text
--- writes once per value, not a serial of the call, formatted once per request).
+-- payloads of its host in the reply (1, 2, ...): a few values a call, which int_text writes
+-- once each, where a serial of the call was formatted once per request.
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
 local PARK_MS = 30000
 local now, now_text = redis_now_ms()
 local prefix, want = ARGV[1], tonumber(ARGV[2])
--- a parked host's score, as text (int_text)
+-- a parked host's score, as text: formatted once a call, not once a host
 local park_text = tostring(now + PARK_MS)
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local INFLIGHT = pprefix .. '@inflight'
