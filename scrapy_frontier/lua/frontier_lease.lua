@@ -17,7 +17,7 @@
 -- other than 0 (@ranked, frontier_queue); the new scores and counts are written at the end,
 -- each in one command. So a host costs its LPOP (and an EXISTS when it gave as many as asked:
 -- is its list gone?), and its HMGET only when it has a rate or is limited.
--- The lease hash and the in-flight hash hold one more field each, '@' (LEASE_MARK), whose value
+-- The lease hash and the in-flight hash hold one more field each, '@' (HASH_MARK), whose value
 -- is longer than Redis's hash-max-listpack-value (64 bytes by default): the hash is then kept in
 -- the hashtable encoding, where setting, finding and deleting a field costs the same however many
 -- the hash holds (in a listpack each is a scan from its start: 11 % of Redis's work in a broad
@@ -188,8 +188,7 @@ local function flush(cmd, key, list, step)
   for j = 1, #list, step do redis.call(cmd, key, unpack(list, j, math.min(j + step - 1, #list))) end
 end
 if nfields > 0 then
-  fields[nfields + 1] = '@'
-  fields[nfields + 2] = "not a lease: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
+  fields[nfields + 1], fields[nfields + 2] = HASH_MARK, HASH_MARK_VALUE
 end
 flush('HSET', KEYS[2], fields, 2000)
 local scores, gone, counts = {}, {}, {}
@@ -208,8 +207,8 @@ end
 flush('ZADD', KEYS[1], scores, 2000)
 flush('ZREM', KEYS[1], gone, 1000)
 if #counts > 0 then
-  counts[#counts + 1] = '@'
-  counts[#counts + 1] = "not a host: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
+  counts[#counts + 1] = HASH_MARK
+  counts[#counts + 1] = HASH_MARK_VALUE
 end
 flush('HSET', INFLIGHT, counts, 2000)
 queued_flush(prefix)

@@ -32,6 +32,7 @@
 -- priority first, at most n in all), how many, and whether the queue is now empty (its keys
 -- gone); ranked: whether the host is in @ranked;
 -- queue_len(prefix, host) -> the requests queued; queued_flush(prefix);
+-- leases_held(key), HASH_MARK (below);
 -- inflight_end(pprefix, host): one lease of the host ended, in the shard's in-flight hash
 -- <politeness prefix>@inflight (host -> leases held, absent = 0: frontier_lease);
 -- lease_of(field, value) -> score, host, payload of an entry of a node's lease hash: written by
@@ -51,6 +52,15 @@ end})
 local small_ints = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4}
 local function int_of(text)
   return small_ints[text] or tonumber(text)
+end
+-- HASH_MARK, HASH_MARK_VALUE: the field of every lease hash and of the in-flight hash that is no
+-- lease and no host, its value longer than hash-max-listpack-value, so that Redis keeps the hash
+-- in its hashtable encoding (frontier_lease writes it: see there). leases_held(key): the leases
+-- a lease hash holds, the mark left out.
+local HASH_MARK = '@'
+local HASH_MARK_VALUE = "not a lease nor a host: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
+local function leases_held(key)
+  return redis.call('HLEN', key) - redis.call('HEXISTS', key, HASH_MARK)
 end
 -- the list of a score, and the score as its key writes it (priority 0's is '0', however written)
 local function queue_list(q, score)

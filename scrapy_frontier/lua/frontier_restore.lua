@@ -31,7 +31,7 @@ for k = 3, #KEYS do
   local all = redis.call('HGETALL', KEYS[k])
   local leases = {}
   for j = 1, #all - 1, 2 do
-    if all[j] ~= '@' then leases[#leases + 1] = {member = all[j], val = all[j + 1], at = taken_at(all[j], j)} end
+    if all[j] ~= HASH_MARK then leases[#leases + 1] = {member = all[j], val = all[j + 1], at = taken_at(all[j], j)} end
   end
   table.sort(leases, before)
   for j = #leases, 1, -1 do

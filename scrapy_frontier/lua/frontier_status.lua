@@ -24,7 +24,7 @@ if ARGV[3] == '1' then
   end
 end
 local inflight = 0
-for i = 4, #ARGV do inflight = inflight + redis.call('HLEN', ARGV[2] .. ARGV[i]) - redis.call('HEXISTS', ARGV[2] .. ARGV[i], '@') end
+for i = 4, #ARGV do inflight = inflight + leases_held(ARGV[2] .. ARGV[i]) end
 local kind, seen = redis.call('TYPE', KEYS[2]).ok, 0
 if kind == 'set' then seen = redis.call('SCARD', KEYS[2])
 elseif kind == 'zset' then seen = redis.call('ZCARD', KEYS[2])
