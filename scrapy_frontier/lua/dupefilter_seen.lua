@@ -17,9 +17,9 @@
 -- Placeholder SEGMENT_BITS: bits per Redis string of a Bloom filter (dupefilter.SEGMENT_BITS).
 --
 -- Defines: seen_add(fp) -> true when the fingerprint fp (hex; packed: '<int64>@<bucket>',
--- DedupConfig.packed_member) was not seen before (and records it); seen_add_packed(bucket key,
--- int64), the same for the packed layout with no string work (frontier_push); bloom_flush(), to
--- call once after the last seen_add (writes the Bloom and packed counters back).
+-- DedupConfig.packed_member) was not seen before (and records it); bloom_flush(), to call once
+-- after the last seen_add (writes the Bloom and packed counters back: frontier_push, which
+-- checks a packed member with its own SADD, adds what it recorded to packed_added first).
 local SEG = @SEGMENT_BITS@
 local forgotten_any = MODE ~= 'packed' and redis.call('EXISTS', FORGOTTEN) == 1
 local layout = nil
@@ -112,11 +112,6 @@ local function bloom_flush()
   local last = layout.n - 1
   redis.call('HINCRBY', BLOOM, 'count', layout.added)
   redis.call('HSET', BLOOM, last .. ':count', layout.f[last].count)
-end
-local function seen_add_packed(bucket, member)
-  if redis.call('SADD', bucket, member) == 0 then return false end
-  packed_added = packed_added + 1
-  return true
 end
 -- Returns true when fp (hex) was not seen before, and records it.
 local function seen_add(fp)

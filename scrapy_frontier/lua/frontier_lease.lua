@@ -49,15 +49,19 @@
 local PARK_MS = 30000
 local now, now_text = redis_now_ms()
 local prefix, want = ARGV[1], tonumber(ARGV[2])
--- a parked host's score, as text: formatted once a call, not once a host
-local park_text = tostring(now + PARK_MS)
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+-- a parked host's score, as text: formatted once a call (only with a cap), not once a host
+local park_text = cap > 0 and string.format('%d', now + PARK_MS)
 local INFLIGHT = pprefix .. '@inflight'
 -- no live rate at all (the usual case): no HMGET of the rates; no host limited, none with
 -- priorities (most crawls, most of the time): no SMISMEMBER of those sets either
-local rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
-local limited_key = redis.call('EXISTS', pprefix .. '@limited') == 1 and pprefix .. '@limited'
-local ranked_key = redis.call('EXISTS', prefix .. '@ranked') == 1 and prefix .. '@ranked'
+-- (one EXISTS for the three, each asked alone only when one of them is there)
+local rates_key, limited_key, ranked_key = false, false, false
+if redis.call('EXISTS', KEYS[3], pprefix .. '@limited', prefix .. '@ranked') > 0 then
+  rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
+  limited_key = redis.call('EXISTS', pprefix .. '@limited') == 1 and pprefix .. '@limited'
+  ranked_key = redis.call('EXISTS', prefix .. '@ranked') == 1 and prefix .. '@ranked'
+end
 -- the seen feed: what the other nodes queued since this node last looked
 local feed_last, feed = ARGV[6], {}
 if feed_last == '$' then
@@ -88,7 +92,7 @@ end
 -- the lease hash's entries: '<lease id>\t<score>\t<host>' -> the payload as stored (the lease
 -- id: ARGV[9], this call's, and the request's place among its host's in the reply: placed), so
 -- that an acknowledgement sends a few bytes, not the request, and no payload is copied
-local fields, call, placed = {}, ARGV[9], {}
+local fields, call, placed, places = {}, ARGV[9], {}, false
 -- each host's new score in the index (false: out of it; text where it is now or parked, as
 -- most are) and new in-flight count, written at the end; the walk reads only its own lists of
 -- hosts, never the index again
@@ -145,6 +149,7 @@ while want > 0 and offset < visit_max do
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
         local k = placed[host] or 0
+        places = places or int_texts()
         for _, group in ipairs(groups) do
           local score, payloads = group[1], group[2]
           local suffix = '\t' .. score .. '\t' .. host
@@ -152,7 +157,7 @@ while want > 0 and offset < visit_max do
           nout = nout + 3
           for _, payload in ipairs(payloads) do
             k = k + 1
-            fields[nfields + 1], fields[nfields + 2] = call .. int_text[k] .. suffix, payload
+            fields[nfields + 1], fields[nfields + 2] = call .. (places[k] or int_text[k]) .. suffix, payload
             nfields = nfields + 2
             nout = nout + 1
             out[nout] = payload
@@ -212,8 +217,14 @@ if #counts > 0 then
 end
 flush('HSET', INFLIGHT, counts, 2000)
 queued_flush(prefix)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local due_in = -1
-if first[2] then due_in = math.max(0, tonumber(first[2]) - now) end
-out[1] = tostring(due_in)
+-- due in 0 ms after a call that leased: the worker asks again when it wants more, and only an
+-- idle worker, whose call leased nothing, sleeps by it (no index read, no number formatted)
+if nfields > 0 then
+  out[1] = '0'
+else
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local due_in = -1
+  if first[2] then due_in = math.max(0, tonumber(first[2]) - now) end
+  out[1] = string.format('%d', due_in)
+end
 return out

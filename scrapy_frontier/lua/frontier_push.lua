@@ -39,85 +39,122 @@ local CAP = tonumber(ARGV[#ARGV - 3])
 local duplicates = ARGV[#ARGV - 2] == '1' and {} or nil
 local NODE, FEED = ARGV[#ARGV - 1], ARGV[#ARGV]
 local fed = FEED ~= '0' and {} or nil
-local NOW, now_text = redis_now_ms()
-local now = NOW
+-- the server's time, read when first needed (a new host in the index, a host back below its
+-- cap, the recrawl age): most pushes of a crawl under way need none
+local NOW, now_text = false, false
+local function clock()
+  if not now_text then NOW, now_text = redis_now_ms() end
+  return now_text
+end
+if MODE == 'zset' then clock() end
 --! include dupefilter_seen
 local ng, na, nf = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local packed = MODE == 'packed'
-local added = 0
+local added, nfed = 0, 0
+local argv, call = ARGV, redis.call
 local i = 5
 for _ = 1, ng do
-  local host, score, k = ARGV[i], ARGV[i + 1], int_of(ARGV[i + 2])
+  local host, score, k = argv[i], argv[i + 1], int_of(argv[i + 2])
   i = i + 3
-  local new = {}
+  local new, nnew = {}, 0
   for _ = 1, k do
-    local a = ARGV[i]
+    local a = argv[i]
     if a == '' then
-      new[#new + 1] = ARGV[i + 2]
-    elseif (packed and seen_add_packed(a, ARGV[i + 1])) or (not packed and seen_add(a)) then
-      new[#new + 1] = ARGV[i + 2]
-      if fed then fed[#fed + 1] = packed and ARGV[i + 1] or a end
+      nnew = nnew + 1
+      new[nnew] = argv[i + 2]
+    elseif packed then
+      -- seen_add_packed, inline: one SADD to the bucket a of the member (a link a push)
+      local member = argv[i + 1]
+      if call('SADD', a, member) == 1 then
+        packed_added = packed_added + 1
+        nnew = nnew + 1
+        new[nnew] = argv[i + 2]
+        if fed then
+          nfed = nfed + 1
+          fed[nfed] = member
+        end
+      elseif duplicates then
+        duplicates[#duplicates + 1] = i + 2
+      end
+    elseif seen_add(a) then
+      nnew = nnew + 1
+      new[nnew] = argv[i + 2]
+      if fed then
+        nfed = nfed + 1
+        fed[nfed] = a
+      end
     elseif duplicates then
       duplicates[#duplicates + 1] = i + 2
     end
     i = i + 3
   end
-  if #new > 0 then
-    if queue_add_all(prefix, host, score, new) then redis.call('ZADD', KEYS[2], 'NX', now_text, host) end
-    added = added + #new
+  if nnew > 0 then
+    if queue_add_all(prefix, host, score, new) then call('ZADD', KEYS[2], 'NX', clock(), host) end
+    added = added + nnew
   end
 end
 bloom_flush()
 queued_flush(prefix)
-if fed and #fed > 0 then
-  redis.call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
+if nfed > 0 then
+  call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
 end
 -- the acknowledgements: the leases of the hosts the caller named in one HDEL (with one HMGET
 -- first when they are of several hosts, to count each host's: a lease reclaimed meanwhile is
 -- not there any more), each '?' lease looked up; then the in-flight counts of every host that
 -- ended leases in one HMGET and one HSET (one HDEL for those back to 0)
 local INFLIGHT = pprefix .. '@inflight'
-local ended, named, owner, owners = {}, {}, {}, 0
-for _ = 1, na do
-  local host, k = ARGV[i], int_of(ARGV[i + 1])
+local ended = {}
+if na == 1 and argv[i] ~= '?' then
+  -- the leases of one host (a single-host crawl's every push): one HDEL straight from ARGV
+  local host, k = argv[i], int_of(argv[i + 1])
   i = i + 2
-  if host == '?' then
-    for j = i, i + k - 1 do
-      local val = redis.call('HGET', KEYS[3], ARGV[j])
-      if val then
-        local _, h = lease_of(ARGV[j], val)
-        redis.call('HDEL', KEYS[3], ARGV[j])
-        if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
+  local n = 0
+  for j = i, i + k - 1, 1000 do n = n + call('HDEL', KEYS[3], unpack(argv, j, math.min(j + 999, i + k - 1))) end
+  if host ~= '' and n > 0 then ended[host] = n end
+  i = i + k
+else
+  local named, owner, nnamed, owners = {}, {}, 0, 0
+  for _ = 1, na do
+    local host, k = argv[i], int_of(argv[i + 1])
+    i = i + 2
+    if host == '?' then
+      for j = i, i + k - 1 do
+        local val = call('HGET', KEYS[3], argv[j])
+        if val then
+          local _, h = lease_of(argv[j], val)
+          call('HDEL', KEYS[3], argv[j])
+          if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
+        end
+      end
+    else
+      owners = owners + 1
+      for j = i, i + k - 1 do
+        nnamed = nnamed + 1
+        named[nnamed], owner[nnamed] = argv[j], host
       end
     end
-  else
-    owners = owners + 1
-    for j = i, i + k - 1 do
-      named[#named + 1] = ARGV[j]
-      owner[#owner + 1] = host
+    i = i + k
+  end
+  if owners > 1 then
+    for j = 1, nnamed, 1000 do
+      local vals = call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, nnamed)))
+      for k = 1, #vals do
+        local h = owner[j + k - 1]
+        if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
+      end
     end
   end
-  i = i + k
+  local n = 0
+  for j = 1, nnamed, 1000 do n = n + call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, nnamed))) end
+  if owners == 1 and owner[1] ~= '' and n > 0 then ended[owner[1]] = (ended[owner[1]] or 0) + n end
 end
-if owners > 1 then
-  for j = 1, #named, 1000 do
-    local vals = redis.call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, #named)))
-    for k = 1, #vals do
-      local h = owner[j + k - 1]
-      if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
-    end
-  end
-end
-local n = 0
-for j = 1, #named, 1000 do n = n + redis.call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, #named))) end
-if owners == 1 and owner[1] ~= '' and n > 0 then ended[owner[1]] = (ended[owner[1]] or 0) + n end
 local hs = {}
 for h in pairs(ended) do hs[#hs + 1] = h end
 if #hs > 0 then
   local counts, zeroed, back = {}, {}, {}
   for j = 1, #hs, 1000 do
-    local part = {unpack(hs, j, math.min(j + 999, #hs))}
-    local was = redis.call('HMGET', INFLIGHT, unpack(part))
+    local part = #hs <= 1000 and hs or {unpack(hs, j, math.min(j + 999, #hs))}
+    local was = call('HMGET', INFLIGHT, unpack(part))
     for k, h in ipairs(part) do
       local before = was[k] and int_of(was[k]) or 0
       local left = before - ended[h]
@@ -129,7 +166,7 @@ if #hs > 0 then
       end
       -- below the cap again: back in the hosts index now (frontier_lease parked it)
       if CAP > 0 and left < CAP and before >= CAP then
-        back[#back + 1] = now_text
+        back[#back + 1] = clock()
         back[#back + 1] = h
       end
     end

@@ -40,11 +40,33 @@
 -- version, the payload's JSON -> '<score>\t<host>' (a value with a tab: a payload never has one,
 -- JSON escapes it); a start URL's lease ('start:' .. raw -> '\t') gives host ''.
 local queued_delta = 0
--- int_text[n]: the decimal text of an integer n (0 to 9 written out, others formatted once a
--- call): counts and positions given to redis.call or written into a lease field as text, not
--- as numbers (which Lua and Redis format with '%.14g' and '%.17g', each time). int_of(text):
--- the integer a reply gives (HMGET of counts), small ones without a strtod.
+-- int_text[n]: the decimal text of an integer n (0 to 9 written out, 10 to 128 from the script's
+-- constants, int_texts(), others formatted once a call): counts and
+-- positions given to redis.call or written into a lease field (a lease's place among its host's:
+-- up to 128 a call) as text, not as numbers (which Lua and Redis format with '%.14g' and
+-- '%.17g', each time). int_of(text): the integer a reply gives (HMGET of counts), small ones
+-- without a strtod.
+local texts = false
+-- the texts of 1 to 128, made once a call when first needed: a lease's place is one (a table
+-- read where int_text would call its __index)
+local function int_texts()
+  if not texts then
+    texts = {
+      '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13', '14', '15', '16',
+      '17', '18', '19', '20', '21', '22', '23', '24', '25', '26', '27', '28', '29', '30', '31',
+      '32', '33', '34', '35', '36', '37', '38', '39', '40', '41', '42', '43', '44', '45', '46',
+      '47', '48', '49', '50', '51', '52', '53', '54', '55', '56', '57', '58', '59', '60', '61',
+      '62', '63', '64', '65', '66', '67', '68', '69', '70', '71', '72', '73', '74', '75', '76',
+      '77', '78', '79', '80', '81', '82', '83', '84', '85', '86', '87', '88', '89', '90', '91',
+      '92', '93', '94', '95', '96', '97', '98', '99', '100', '101', '102', '103', '104', '105',
+      '106', '107', '108', '109', '110', '111', '112', '113', '114', '115', '116', '117', '118',
+      '119', '120', '121', '122', '123', '124', '125', '126', '127', '128',
+    }
+  end
+  return texts
+end
 local int_text = setmetatable({[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9'}, {__index = function(t, n)
+  if n >= 10 and n <= 128 then return int_texts()[n] end
   local s = string.format('%d', n)
   t[n] = s
   return s

@@ -10,5 +10,7 @@
 local function redis_now_ms()
   local t = redis.call('TIME')
   local us = t[2]
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  -- the ms: the first 3 of the 6 digits of the us (TIME writes them without leading zeros)
+  local text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub(string.rep('0', 6 - #us) .. us, 1, 3))
+  return tonumber(text), text
 end
