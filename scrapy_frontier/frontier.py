@@ -509,6 +509,12 @@ class Frontier:
         self._cursor = (visit[-1] + 1) % count
         share = -(-n // len(visit))
         replies = await asyncio.gather(*(self._lease_shard_call(i, share) for i in visit))
+        return self._leased(visit, replies, now)
+
+    def _leased(self, visit: Sequence[int], replies: Sequence[tuple[int, list[Lease]]], now: float) -> list[Lease]:
+        """The leases of the lease calls to the shards ``visit`` (their replies, in order, made
+        at ``now``, time.monotonic()): each shard's next due time and :attr:`next_due_in` set."""
+        count = len(self.shards)
         out: list[Lease] = []
         soonest = -1.0
         for i, (due_ms, payloads) in zip(visit, replies):
@@ -534,13 +540,23 @@ class Frontier:
         (:func:`expand_payload`), and each lease's field is the call's lease id prefix, its
         place among its host's in the reply (1, 2, ...), its score and host
         (``lua/frontier_lease.lua``)."""
+        keys, args, call = self._lease_args(i, n)
+        return self._lease_reply(i, call, await self._lease(keys=keys, args=args))
+
+    def _lease_args(self, i: int, n: int) -> tuple[list[str], list[Any], bytes]:
+        """KEYS and ARGV of shard ``i``'s frontier_lease call for ``n`` requests, and the
+        call's lease id prefix (``lua/frontier_lease.lua``)."""
         sh = self.shards[i]
         self._calls += 1
         call = b"%x." % self._calls
-        due, feed_last, news, *reply = await self._lease(
-            keys=[sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed],
-            args=[sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call],
-        )
+        keys = [sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed]
+        args = [sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call]
+        return keys, args, call
+
+    def _lease_reply(self, i: int, call: bytes, reply: list[Any]) -> tuple[int, list[Lease]]:
+        """(ms until shard ``i``'s earliest host is due, -1 if none; the leases) of a
+        frontier_lease reply; the seen feed's news go to :attr:`fed`."""
+        due, feed_last, news, *reply = reply
         if self.seen_feed:
             self._feed_last[i] = feed_last.decode()
             self.fed += reply[:news]
@@ -557,6 +573,42 @@ class Frontier:
             placed[host] = n
             j += 3 + k
         return int(float(due)), leases
+
+    @property
+    def one_call(self) -> bool:
+        """Whether :meth:`push_lease` can push and lease in one round trip: an unsharded
+        frontier (one script call each) on a Redis that is not a cluster."""
+        return len(self.shards) == 1 and not self.keys.shards and not is_cluster(self.redis)
+
+    async def push_lease(self, entries: Sequence[Entry], acks: Sequence[Lease | bytes | str], failed: Sequence[str], duplicates: list[Any] | None, n: int) -> tuple[int | Exception, list[Lease] | Exception]:
+        """:meth:`push` and then :meth:`lease` ``(n)`` in one round trip (:attr:`one_call`
+        only): the two script calls sent together, the push first, so that Redis runs them in
+        that order and the lease can take what the push queued. A round trip costs Redis far
+        more than either call's commands on some machines (tens of µs: bench/README.md), and a
+        worker makes one of these a step instead of two.
+
+        Returns (the count queued, the leases), either one the exception its call raised
+        instead, as ``asyncio.gather(..., return_exceptions=True)`` does: a lease taken when
+        the push failed is the caller's all the same (and the other way round). A script
+        Redis does not know (a restarted Redis) is loaded and its call made again. Raises
+        what the round trip raises (an outage: neither call known to have run)."""
+        sh = self.shards[0]
+        acks = [_field(a) for a in acks]
+        push_keys, push_args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)
+        lease_keys, lease_args, call = self._lease_args(0, n)
+        now = time.monotonic()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", self._push.sha, len(push_keys), *push_keys, *push_args)
+            pipe.execute_command("EVALSHA", self._lease.sha, len(lease_keys), *lease_keys, *lease_args)
+            pushed, leased = await pipe.execute(raise_on_error=False)
+        if isinstance(pushed, NoScriptError):
+            pushed = await self._push(keys=push_keys, args=push_args)
+        if isinstance(leased, NoScriptError):
+            leased = await self._lease(keys=lease_keys, args=lease_args)
+        added: int | Exception = pushed if isinstance(pushed, Exception) else _push_reply(pushed, full, duplicates)
+        if isinstance(leased, Exception):
+            return added, leased
+        return added, self._leased([0], [self._lease_reply(0, call, leased)], now)
 
     async def unlease(self, fields: Sequence[Lease | bytes]) -> int:
         """Return these leases of this node (their fields, :class:`Lease`) to the frontier

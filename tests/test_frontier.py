@@ -76,6 +76,38 @@ def test_lease_moves_to_the_node_and_ack_releases_after_pushes(redis_url):
     assert run(with_frontier(redis_url, go)) == [b'{"url":"child"}']
 
 
+def test_push_lease_pushes_acknowledges_and_leases_in_one_round_trip(redis_url):
+    async def go(f, r):
+        assert f.one_call
+        await f.push([entry("a")])
+        (taken,) = await f.lease(10)
+        # the children of the page leased, its acknowledgement, a dead letter, and the next lease
+        added, leases = await f.push_lease([entry("b"), entry("a"), entry("c")], [taken], ['{"reason":"x"}'], None, 10)
+        assert added == 2
+        assert sorted(payloads(leases)) == [b'{"url":"b"}', b'{"url":"c"}']
+        assert await r.hexists(f.lease_key, taken.field) == 0
+        assert await r.llen(KEYS.failed) == 1
+        # a Redis that lost its scripts (restarted): both are loaded and made again, in order
+        await r.script_flush()
+        duplicates: list = []
+        added, leases = await f.push_lease([entry("d"), entry("b")], leases, [], duplicates, 10)
+        assert (added, duplicates, payloads(leases)) == (1, ['{"url":"b"}'], [b'{"url":"d"}'])
+        assert set(await r.hkeys(f.lease_key)) == {b"@", leases[0].field}
+        # a call that fails alone gives its exception; the other's outcome stands
+        assert await f.push([entry("e")]) == 1
+        await r.rename(KEYS.dupefilter, KEYS.dupefilter + ":aside")
+        await r.set(KEYS.dupefilter, "not a set")
+        added, more = await f.push_lease([entry("f")], leases, [], None, 10)
+        assert isinstance(added, redis.exceptions.ResponseError) and "WRONGTYPE" in str(added)
+        assert payloads(more) == [b'{"url":"e"}']
+        # the push was refused at its first command: the lease of d is still held
+        assert set(await r.hkeys(f.lease_key)) == {b"@", leases[0].field, more[0].field}
+        await r.rename(KEYS.dupefilter + ":aside", KEYS.dupefilter)
+        return f.next_due_in
+
+    assert run(with_frontier(redis_url, go)) == 0  # the last call leased: ask again at once
+
+
 def test_lease_takes_from_every_due_host(redis_url):
     async def go(f, r):
         await f.push([entry(f"a{i}", host="a") for i in range(20)] + [entry(f"b{i}", host="b") for i in range(2)])

@@ -43,7 +43,7 @@ from scrapy_frontier.connection import (
 from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprint_int64, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, mark_ranked, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, Lease, mark_ranked, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
 from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
 from scrapy_frontier.politeness import sync_rates
@@ -445,15 +445,22 @@ class FrontierScheduler(BaseScheduler):
             return 1.0
         return max(0.0, min(self._next_poll - time.monotonic(), 1.0))
 
+    def _refill_due(self) -> bool:
+        return len(self._local) <= self.prefetch // 2 and time.monotonic() >= self._next_poll
+
     async def _step(self) -> None:
-        await self._flush()
-        if not self.crawler.engine.running:
-            # The engine is stopping (SIGINT/SIGTERM): give back at once what was not started,
-            # rather than once the requests in flight are done.
-            await self._give_back_unstarted()
-            return
-        if len(self._local) <= self.prefetch // 2 and time.monotonic() >= self._next_poll:
-            got = await self._refill()
+        running = self.crawler.engine.running
+        if running and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
+            got: int | None = await self._flush_and_refill()
+        else:
+            await self._flush()
+            if not self.crawler.engine.running:
+                # The engine is stopping (SIGINT/SIGTERM): give back at once what was not started,
+                # rather than once the requests in flight are done.
+                await self._give_back_unstarted()
+                return
+            got = await self._refill() if self._refill_due() else None
+        if got is not None:
             if got:
                 self._poll_delay = 0.0
                 scrapy_internals.wake_engine(self.crawler)
@@ -523,30 +530,61 @@ class FrontierScheduler(BaseScheduler):
             failed = to_fail[:] if last else []
             duplicates: list[Any] | None = [] if entries and (self.dupefilter_debug or self._log_duplicates) else None
             added = await self.frontier.push(entries, acks, failed, duplicates)
-            if self.frontier.wait_short > self._wait_short_seen:
-                if not self._wait_short_seen:
-                    logger.warning("WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)", plural(self.frontier.wait_replicas, "replica"), self.wait_timeout)
-                self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
-                self._wait_short_seen = self.frontier.wait_short
-            del self._to_push[: len(entries)]
-            del to_ack[: len(acks)]
-            del to_fail[: len(failed)]
-            if entries:
-                self.stats.inc_value("dupefilter/filtered", len(entries) - added)
-                for payload in duplicates or ():
-                    self._log_filtered(_payload_request(payload))
-                self.stats.inc_value("frontier/queued", added)
-                if added:
-                    self._next_poll = 0.0
+            self._pushed(entries, acks, failed, added, duplicates)
+
+    def _pushed(self, entries: list[Entry], acks: list[Any], failed: list[str], added: int, duplicates: list[Any] | None) -> None:
+        """What a push call that returned ``added`` sent is no longer to send; counted."""
+        to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
+        if self.frontier.wait_short > self._wait_short_seen:
+            if not self._wait_short_seen:
+                logger.warning("WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)", plural(self.frontier.wait_replicas, "replica"), self.wait_timeout)
+            self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
+            self._wait_short_seen = self.frontier.wait_short
+        del self._to_push[: len(entries)]
+        del to_ack[: len(acks)]
+        del to_fail[: len(failed)]
+        if entries:
+            self.stats.inc_value("dupefilter/filtered", len(entries) - added)
+            for payload in duplicates or ():
+                self._log_filtered(_payload_request(payload))
+            self.stats.inc_value("frontier/queued", added)
+            if added:
+                self._next_poll = 0.0
 
     async def _refill(self) -> int:
-        assert self.spider is not None
         want = self.prefetch - len(self._local)
         leases = await self.frontier.lease(want)
         if not leases:
             await self._feed_start_urls()
             await self._flush()
             leases = await self.frontier.lease(want)
+        return self._take(leases)
+
+    async def _flush_and_refill(self) -> int:
+        """:meth:`_flush` and :meth:`_refill` in one round trip (Frontier.push_lease, for an
+        unsharded frontier and at most one push batch). Returns the requests leased."""
+        want = self.prefetch - len(self._local)
+        entries, acks, failed = self._to_push[:], self.leases.to_ack[:], self.leases.to_fail[:]
+        duplicates: list[Any] | None = [] if entries and (self.dupefilter_debug or self._log_duplicates) else None
+        added, leases = await self.frontier.push_lease(entries, acks, failed, duplicates, want)
+        # each call's outcome is kept whatever the other's: leases taken are this worker's to
+        # crawl, a push made is not to be made again
+        got = 0 if isinstance(leases, Exception) else self._take(leases)
+        if isinstance(added, Exception):
+            raise added
+        self._pushed(entries, acks, failed, added, duplicates)
+        if isinstance(leases, Exception):
+            raise leases
+        if not got:
+            await self._feed_start_urls()
+            await self._flush()
+            got = self._take(await self.frontier.lease(want))
+        return got
+
+    def _take(self, leases: list[Lease]) -> int:
+        """Queue locally the requests of ``leases`` (an unreadable one goes to the dead
+        letters); learn the seen feed's news. Returns how many leases."""
+        assert self.spider is not None
         for lease in leases:
             try:
                 request = request_from_json(lease.payload, self.spider)
