@@ -450,7 +450,8 @@ class FrontierScheduler(BaseScheduler):
 
     async def _step(self) -> None:
         running = self.crawler.engine.running
-        if running and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
+        to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
+        if running and to_send and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
             got: int | None = await self._flush_and_refill()
         else:
             await self._flush()
