@@ -34,9 +34,9 @@
 -- entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this node's
 -- id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique to the
 -- call among this node's: the node's count of calls, and a '.')
--- Returns: first, in how many ms the earliest queued host is due (0: now, -1: nothing queued),
--- so an idle worker can sleep until then instead of polling (a duration, not a time: a worker's
--- clock is never compared with the server's); then the seen feed (frontier_push): the id of the
+-- Returns: first, in how many ms the earliest queued host is due (0: now, and always 0 after a
+-- call that leased; -1: nothing queued), so an idle worker can sleep until then instead of
+-- polling (a duration, not a time: a worker's clock is never compared with the server's); then the seen feed (frontier_push): the id of the
 -- last entry read ('' without a feed), k, and the k fingerprint lists that other nodes pushed
 -- since ARGV[6]; then, for each host and priority leased from: the host, the score, how many,
 -- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). A
