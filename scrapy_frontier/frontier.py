@@ -591,7 +591,8 @@ class Frontier:
         instead, as ``asyncio.gather(..., return_exceptions=True)`` does: a lease taken when
         the push failed is the caller's all the same (and the other way round). A script
         Redis does not know (a restarted Redis) is loaded and its call made again. Raises
-        what the round trip raises (an outage: neither call known to have run)."""
+        what the round trip raises (an outage: either call may have run; a lease this node
+        does not know of is given back by the scheduler's reconcile)."""
         sh = self.shards[0]
         acks = [_field(a) for a in acks]
         push_keys, push_args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)

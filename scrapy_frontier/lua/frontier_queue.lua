@@ -43,8 +43,8 @@ local queued_delta = 0
 -- int_text[n]: the decimal text of an integer n (0 to 9 written out, 10 to 128 from the
 -- script's constants, int_texts(), others formatted once a call): counts and positions given to
 -- redis.call or written into a lease field (a lease's place among its host's: up to 128 a call)
--- as text, not as numbers (which Lua and Redis format with '%.14g' and '%.17g', each time). int_of(text): the integer a reply gives (HMGET of counts), small ones
--- without a strtod.
+-- as text, not as numbers (which Lua and Redis format with '%.14g' and '%.17g', each time).
+-- int_of(text): the integer a reply gives (HMGET of counts), small ones without a strtod.
 local texts = false
 -- the texts of 1 to 128, made once a call when first needed: a lease's place is one (a table
 -- read where int_text would call its __index)
