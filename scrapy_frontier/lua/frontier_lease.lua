@@ -37,8 +37,9 @@
 -- Returns: first, in how many ms the earliest queued host is due (0: now, and always 0 after a
 -- call that leased; -1: nothing queued), so an idle worker can sleep until then instead of
 -- polling (a duration, not a time: a worker's clock is never compared with the server's); then
--- the seen feed (frontier_push): the id of the last entry read ('' without a feed), k, and the k fingerprint lists that other nodes pushed
--- since ARGV[6]; then, for each host and priority leased from: the host, the score, how many,
+-- the seen feed (frontier_push): the id of the last entry read ('' without a feed), k, and the
+-- k fingerprint lists that other nodes pushed since ARGV[6]; then, for each host and priority
+-- leased from: the host, the score, how many,
 -- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). A
 -- payload is leased as ARGV[9] .. k .. '\t' .. score .. '\t' .. host, k its place among the
 -- payloads of its host in the reply (1, 2, ...): a few values a call, which int_text writes
