@@ -339,6 +339,10 @@ class Frontier:
         #: What the other nodes queued, from the seen feed: lists of packed-layout members (or hex
         #: fingerprints in the other layouts) joined by ``,``; the caller empties it.
         self.fed: list[bytes] = []
+        #: The nodes index, handed to the push and lease calls on a Redis that is not a cluster
+        #: (where it may be of another hash slot than a shard's keys): while it holds this node
+        #: alone, the seen feed is neither written nor read (``lua/frontier_push.lua``).
+        self._nodes_key = [keys.nodes] if seen_feed and not is_cluster(redis) else []
         self._as_set = _flag(start_urls_as_set)
         #: Seconds until a queued host is due, from the last lease call (-1: nothing queued seen).
         self.next_due_in = -1.0
@@ -409,7 +413,7 @@ class Frontier:
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
         args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0, self.node_id, self.seen_feed)
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
-        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed], args, full
+        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed, *self._nodes_key], args, full
 
     async def _replicated(self, pipe_fill: Any, node_key: str) -> list[Any]:
         """Run ``pipe_fill(pipe)``'s commands and then ``WAIT wait_replicas`` on one connection
@@ -549,7 +553,7 @@ class Frontier:
         sh = self.shards[i]
         self._calls += 1
         call = b"%x." % self._calls
-        keys = [sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed]
+        keys = [sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed, *self._nodes_key]
         args = [sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call]
         return keys, args, call
 

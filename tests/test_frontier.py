@@ -534,6 +534,7 @@ def test_the_seen_feed_tells_each_node_what_the_others_queued(redis_url):
     fp = {u: hashlib.sha1(u.encode()).hexdigest() for u in "abcde"}
 
     async def go(r):
+        await r.zadd(KEYS.nodes, {"a": 1, "b": 1})  # both in the crawl (their heartbeats)
         a = Frontier(r, KEYS, "a", seen_feed=100, dedup=packed)
         b = Frontier(r, KEYS, "b", seen_feed=100, dedup=packed)
         await a.push([entry("a", fp=fp["a"])])
@@ -564,6 +565,59 @@ def test_the_seen_feed_tells_each_node_what_the_others_queued(redis_url):
     assert again == after
     assert a_fed == []  # a's first look starts from the newest too
     assert entries == 4
+
+
+def test_a_node_alone_neither_writes_nor_reads_the_seen_feed(redis_url):
+    """While the nodes index holds one node, its pushes write no feed entry and its lease calls
+    read none; its place in the feed is kept, so that once another node is there it reads all
+    that node wrote."""
+    import hashlib
+
+    from scrapy_frontier.dupefilter import DedupConfig
+
+    packed = DedupConfig()
+    fp = {u: hashlib.sha1(u.encode()).hexdigest() for u in "abcd"}
+    member = {u: str(packed.packed_bucket(f)[1]).encode() for u, f in fp.items()}
+    sync = redis.Redis.from_url(redis_url)
+    a_beat = Heartbeat(sync, KEYS, "a", interval=1, timeout=6)
+    b_beat = Heartbeat(sync, KEYS, "b", interval=1, timeout=6)
+    feed = KEYS.shard(0).seen_feed
+
+    async def go(r):
+        a = Frontier(r, KEYS, "a", seen_feed=100, dedup=packed)
+        b = Frontier(r, KEYS, "b", seen_feed=100, dedup=packed)
+        a_beat.beat()
+        await a.lease(1)  # a's first look
+        await a.push([entry("a", fp=fp["a"])])
+        written_alone = await r.xlen(feed)
+        b_beat.beat()  # b joins: in the index before its first call
+        await b.lease(1)
+        await b.push([entry("b", fp=fp["b"])])
+        await a.push([entry("c", fp=fp["c"])])
+        written_two = await r.xlen(feed)
+        await b.push([entry("d", fp=fp["d"])])
+        await r.zrem(KEYS.nodes, "b")  # b gone: a is alone again
+        await a.lease(1)
+        fed_alone = list(a.fed)
+        b_beat.beat()
+        await a.lease(1)
+        return written_alone, written_two, fed_alone, list(a.fed)
+
+    async def main():
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            return await go(client)
+        finally:
+            await client.aclose()
+
+    try:
+        written_alone, written_two, fed_alone, fed = run(main())
+    finally:
+        sync.close()
+    assert written_alone == 0
+    assert written_two == 2
+    assert fed_alone == []
+    assert fed == [member["b"], member["d"]]
 
 
 def test_no_seen_feed_is_written_or_read_when_off(redis_url):

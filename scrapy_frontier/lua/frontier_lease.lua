@@ -27,7 +27,9 @@
 -- hash is read by host only.
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
--- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed
+-- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed,
+-- KEYS[5] (optional) the nodes index (<spider>:nodes): while it holds one node, the feed is not
+-- read (frontier_push writes none then) and the node's place in it is kept for when it is not
 -- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n,
 -- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
 -- ARGV[5] politeness prefix (+ host = the host's politeness hash), ARGV[6] the last seen-feed
@@ -68,7 +70,7 @@ local feed_last, feed = ARGV[6], {}
 if feed_last == '$' then
   local newest = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
   feed_last = newest[1] and newest[1][1] or '0-0'
-elseif feed_last ~= '' then
+elseif feed_last ~= '' and not (KEYS[5] and redis.call('ZCARD', KEYS[5]) < 2) then
   for _, entry in ipairs(redis.call('XRANGE', KEYS[4], '(' .. feed_last, '+', 'COUNT', ARGV[8])) do
     feed_last = entry[1]
     local f = entry[2]

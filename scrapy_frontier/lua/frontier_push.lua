@@ -6,7 +6,9 @@
 -- KEYS[1] dupefilter, KEYS[2] the shard's hosts index (<spider>:requests), KEYS[3] this node's
 -- lease hash, KEYS[4] failed list (unsharded; a sharded crawl pushes dead letters apart and
 -- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash,
--- KEYS[7] the shard's seen feed (a stream: what every worker's local first look learns from)
+-- KEYS[7] the shard's seen feed (a stream: what every worker's local first look learns from),
+-- KEYS[8] (optional) the nodes index (<spider>:nodes): while it holds one node, the seen feed is
+-- not written (nobody to tell; a node that joins is in it before its first push or lease)
 -- ARGV[1] queue prefix (+ host = the host's queue),
 -- ARGV[2] n_groups, ARGV[3] n_ack_groups, ARGV[4] n_failed, then
 --   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host
@@ -95,7 +97,7 @@ for _ = 1, ng do
 end
 bloom_flush()
 queued_flush(prefix)
-if nfed > 0 then
+if nfed > 0 and not (KEYS[8] and call('ZCARD', KEYS[8]) < 2) then
   call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
 end
 -- the acknowledgements: the leases of the hosts the caller named in one HDEL (with one HMGET
