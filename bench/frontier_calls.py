@@ -89,6 +89,8 @@ async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefet
     names = [host_name(i, hosts) for i in range(hosts)]
     dedup = DedupConfig()
     crew = [Worker(Frontier(client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES)) for k in range(workers)]
+    # in the nodes index, as their heartbeats would put them (one worker alone uses no seen feed)
+    await client.zadd(keys.nodes, {f"w{k}": 1 for k in range(workers)})
 
     def entry(h: int, n: int, depth: int) -> tuple[int, Entry]:
         url = f"http://{names[h]}:{PORT}/p{n}.html"
