@@ -56,7 +56,13 @@ class RedisCpu:
 
     def idle(self, seconds: float = 3.0) -> float:
         """Measure Redis's CPU with nothing to do (its own timers, ``hz``), in µs per second: the
-        part of a slow crawl's figure that is per second, not per page. Returns it."""
+        part of a slow crawl's figure that is per second, not per page. Returns it. Waits first
+        for Redis's background frees to end (``lazyfree_pending_objects``: an earlier crawl's
+        keys deleted with ``UNLINK``), whose CPU would read as idle."""
+        deadline = time.monotonic() + 30
+        while self.client.info("memory").get("lazyfree_pending_objects", 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
         before, t0 = self.read()[0], time.monotonic()
         time.sleep(seconds)
         self.idle_us_per_s = (self.read()[0] - before) / (time.monotonic() - t0) * 1e6
