@@ -28,8 +28,9 @@
 -- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
 -- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed,
--- KEYS[5] (optional) the nodes index (<spider>:nodes): while it holds one node, the feed is not
--- read (frontier_push writes none then) and the node's place in it is kept for when it is not
+-- KEYS[5] (optional; only on a Redis that is not a cluster, being of another slot) the nodes index
+-- (<spider>:nodes): while it holds one node, the feed is not read (frontier_push writes none
+-- then) and the node's place in it is kept for when it is not
 -- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n,
 -- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
 -- ARGV[5] politeness prefix (+ host = the host's politeness hash), ARGV[6] the last seen-feed

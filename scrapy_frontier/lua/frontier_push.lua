@@ -7,8 +7,9 @@
 -- lease hash, KEYS[4] failed list (unsharded; a sharded crawl pushes dead letters apart and
 -- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash,
 -- KEYS[7] the shard's seen feed (a stream: what every worker's local first look learns from),
--- KEYS[8] (optional) the nodes index (<spider>:nodes): while it holds one node, the seen feed is
--- not written (nobody to tell; a node that joins is in it before its first push or lease)
+-- KEYS[8] (optional; only on a Redis that is not a cluster, being of another slot) the nodes
+-- index (<spider>:nodes): while it holds one node, the seen feed is not written (nobody to tell;
+-- a node that joins is in it before its first push or lease)
 -- ARGV[1] queue prefix (+ host = the host's queue),
 -- ARGV[2] n_groups, ARGV[3] n_ack_groups, ARGV[4] n_failed, then
 --   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host
