@@ -19,12 +19,17 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def with_frontier(redis_url, fn, node="n1", **kw):
+async def with_client(redis_url, fn):
+    """``fn(client)``, an asyncio client of ``redis_url`` closed after."""
     client = redis.asyncio.Redis.from_url(redis_url)
     try:
-        return await fn(Frontier(client, KEYS, node, **kw), client)
+        return await fn(client)
     finally:
         await client.aclose()
+
+
+async def with_frontier(redis_url, fn, node="n1", **kw):
+    return await with_client(redis_url, lambda client: fn(Frontier(client, KEYS, node, **kw), client))
 
 
 def payloads(leases):
@@ -551,14 +556,7 @@ def test_the_seen_feed_tells_each_node_what_the_others_queued(redis_url):
         await a.lease(1)
         return first, after, again, a.fed, await r.xlen(KEYS.shard(0).seen_feed)
 
-    async def main():
-        client = redis.asyncio.Redis.from_url(redis_url)
-        try:
-            return await go(client)
-        finally:
-            await client.aclose()
-
-    first, after, again, a_fed, entries = run(main())
+    first, after, again, a_fed, entries = run(with_client(redis_url, go))
     member = {u: str(packed.packed_bucket(f)[1]).encode() for u, f in fp.items()}
     assert first == []
     assert after == [member["b"] + b"," + member["c"], member["e"]]
@@ -603,15 +601,8 @@ def test_a_node_alone_neither_writes_nor_reads_the_seen_feed(redis_url):
         await a.lease(1)
         return written_alone, written_two, fed_alone, list(a.fed)
 
-    async def main():
-        client = redis.asyncio.Redis.from_url(redis_url)
-        try:
-            return await go(client)
-        finally:
-            await client.aclose()
-
     try:
-        written_alone, written_two, fed_alone, fed = run(main())
+        written_alone, written_two, fed_alone, fed = run(with_client(redis_url, go))
     finally:
         sync.close()
     assert written_alone == 0
