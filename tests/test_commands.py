@@ -337,6 +337,27 @@ def test_a_refused_payload_is_shown_escaped(redis_url):
     assert json.loads(as_json.stdout)["refused"][0]["payload"].startswith("http://a.example/\\xff\x1b[2J")
 
 
+def test_a_refused_payload_never_shows_a_password(redis_url):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}
+    payload = '{"url": "https://ann:p@ss:w0rd@a.example/x", "meta": {"next": "https://bob:hunter2@b.example/"}}'
+    done = subprocess.run([sys.executable, "-m", "scrapy", "push", "site", payload], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    as_json = subprocess.run([sys.executable, "-m", "scrapy", "push", "site", payload, "--json"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    assert done.returncode == as_json.returncode == 1
+    for out in (done.stdout + done.stderr, as_json.stdout + as_json.stderr):
+        assert b"w0rd" not in out and b"hunter2" not in out, out
+    assert "https://ann:***@a.example/x" in done.stdout.decode() and "(bad_url)" in done.stdout.decode()
+    assert json.loads(as_json.stdout)["refused"][0]["payload"] == '{"url": "https://ann:***@a.example/x", "meta": {"next": "https://bob:***@b.example/"}}'
+
+
+def test_hide_passwords_hides_every_password_and_only_passwords():
+    from scrapy_frontier.wording import hide_passwords, shown_payload
+
+    assert hide_passwords(b"http://u:p@h/ and ftp://v:q%40r@g:21/?a=b@c") == b"http://u:***@h/ and ftp://v:***@g:21/?a=b@c"
+    assert hide_passwords(b"https://token@h/ https://h/@x mailto:a@b") == b"https://token@h/ https://h/@x mailto:a@b"
+    # hidden before the cut: a limit inside the password does not show its start
+    assert "secret" not in shown_payload(b"http://u:secret@h/" + b"x" * 300, limit=12)
+
+
 @pytest.mark.parametrize(("pattern", "problem"), [("[", "the '[' at position 0 has no closing ']'"), ("https://h/[!]*", "has no closing ']'"), ("https://h/[z-a]*", "the range z-a is empty"), ("", "it is empty")])
 def test_forget_refuses_a_malformed_pattern(pattern, problem, redis_url):
     done = run(["forget", "site", "--pattern", pattern], {"REDIS_URL": redis_url})

@@ -98,6 +98,7 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
         b"123",
         b"\xff\xfe\x00\x80",
         b"http://" + b"a" * 10_000_000,
+        b'{"url": "http://user:s3cret-pw@127.0.0.60/"}',  # a password: refused, never logged
     ]
     good = [
         f"{base}library/json.html".encode(),
@@ -120,13 +121,17 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
     assert (os_item["method"], os_item["body"]) == ("GET", "")  # the unknown key is not form data
     assert by_url["library/sys.html"][0] == {"url": f"{base}library/sys.html", "callback": "other", "extra": 7}
     assert "ignored unknown keys 'formdata'" in worker.output
-    reasons = {"bad_url": 2, "bad_scheme": 2, "not_object": 2, "not_utf8": 1, "too_large": 1}
+    reasons = {"bad_url": 3, "bad_scheme": 2, "not_object": 2, "not_utf8": 1, "too_large": 1}
     for reason, count in reasons.items():
         assert worker.stat(f"start_urls/refused/{reason}") == count, reason
     invalid = [json.loads(r) for r in redis_client.lrange("probe:start_urls:invalid", 0, -1)]
     assert sorted(r["reason"] for r in invalid) == sorted(r for r, n in reasons.items() for _ in range(n))
+    assert "s3cret-pw" not in worker.output and "user:***@127.0.0.60" in worker.output
+    # the dead letter is the payload as pushed (data: fixed and pushed again from there)
+    assert any(r["payload"] == bad[-1].decode() for r in invalid)
+    huge = bad[-2]
     big = next(r for r in invalid if r["reason"] == "too_large")
-    assert big["size"] == len(bad[-1]) and len(big["payload"]) == 65536
+    assert big["size"] == len(huge) and len(big["payload"]) == 65536
     assert "Traceback" not in worker.output
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
+from scrapy_frontier.wording import shown_payload
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -82,8 +83,7 @@ class StartUrlIntake:
 
     def refuse(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:
         """Log and count a refused start-URL payload; returns its dead-letter record."""
-        shown = raw[:200].decode("utf-8", "replace")
-        logger.warning("Refused start URL payload %r (%s): %s", shown, exc.reason, exc)
+        logger.warning("Refused start URL payload %s (%s): %s", shown_payload(raw), exc.reason, exc)
         self.stats.inc_value(f"start_urls/refused/{exc.reason}")
         return {
             "reason": exc.reason,
