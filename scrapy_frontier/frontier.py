@@ -694,7 +694,7 @@ class Frontier:
         (SCHEDULER_PERSIST=False, last node). Live rates (``<spider>:rates``) stay: they are
         configuration."""
         k = self.keys
-        keys: list[Any] = [k.dupefilter_meta]
+        keys: list[Any] = [k.dupefilter_meta, k.forgets]
         # every host's priorities and lists, the Bloom bits, the packed buckets and their count,
         # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
         prefixes: list[str] = []

@@ -251,6 +251,12 @@ class Keys:
         return self.dupefilter + ":forgotten"
 
     @property
+    def forgets(self) -> str:
+        """Counter of ``scrapy forget`` calls: a worker that sees it change (at its heartbeat)
+        empties its local first look, which may hold the forgotten fingerprints."""
+        return self.dupefilter + ":forgets"
+
+    @property
     def queue_prefix(self) -> str:
         """Prefix of the per-host request queues: ``<spider>:requests:`` + host."""
         return self.queue + ":"

@@ -117,6 +117,8 @@ class Heartbeat:
         self.health = health or RedisHealth()
         self._started: int | None = None
         self.clock = clock or ServerClock()
+        #: ``scrapy forget`` calls counted at the last beat (``Keys.forgets``; None before).
+        self.forgets: bytes | None = None
 
     def beat(self) -> bool:
         """Record one heartbeat. Returns False when the node was not in the registry: either it
@@ -131,6 +133,7 @@ class Heartbeat:
         # started: the server's time at the first beat, as every time status compares
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
+        self.forgets = self.client.get(self.keys.forgets) or b"0"
         if added and self._joined:
             self._on_dropped()
         self._joined = True

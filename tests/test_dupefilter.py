@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 import sqlite3
 
 import pytest
@@ -198,6 +199,27 @@ def test_forget_command_recrawls_a_page(docs_site, start_worker, redis_url, redi
     third = start_worker(settings=settings, env=env)
     assert third.wait() == 0
     assert third.stat("response_received_count") == 1  # that page only: its links are still seen
+
+
+def test_a_running_worker_fetches_a_forgotten_url_again(docs_site, start_worker, redis_url, redis_client, tmp_path):
+    """The worker's local first look holds every URL it queued; `scrapy forget` makes it ask
+    Redis again (at its next heartbeat), so a page that links to the forgotten URL queues it."""
+    out = tmp_path / "items.jsonl"
+    index = f"{docs_site.url}index.html"
+    settings = {**DISTRIBUTED, "DOMAIN_RATE_LIMIT": "25", "FRONTIER_HEARTBEAT_INTERVAL": "0.5", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})}
+    worker = start_worker(settings=settings, env={"REDIS_URL": redis_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", index)
+    deadline = time.monotonic() + 60
+    while int(redis_client.get("site:dupefilter:count") or 0) < 50:  # index.html crawled, its links queued
+        assert time.monotonic() < deadline and worker.proc.poll() is None, worker.output[-2000:]
+        time.sleep(0.1)
+    done = run_command(["forget", "site", index], {"REDIS_URL": redis_url})
+    assert done.returncode == 0, done.stderr
+    assert worker.wait() == 0
+    urls = [json.loads(line)["url"] for line in out.read_text().splitlines()]
+    assert urls.count(index) == 2, urls.count(index)
+    assert "the local first look is emptied" in worker.output
 
 
 def test_forget_refuses_without_a_dupefilter(redis_url):

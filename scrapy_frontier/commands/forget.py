@@ -136,6 +136,8 @@ class Command(RedisCommand):
             dupefilter = Dupefilter(client, keys, config)
             for shard in sorted(set(shard_of.values())):
                 known += int(dupefilter.forget([fp for fp in fingerprints if shard_of[fp] == shard], shard))
+            # running workers empty their local first look at their next heartbeat
+            client.incr(keys.forgets)
             if opts.push:
                 self.push_start_urls(client, keys, list(fingerprints.values()))
         return {

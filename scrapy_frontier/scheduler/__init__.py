@@ -134,6 +134,8 @@ class FrontierScheduler(BaseScheduler):
         #: queued, or learnt from the seen feed that another worker queued (bounded; cleared when
         #: full): a local first look before the shared dupefilter.
         self._seen: set[int] = set()
+        #: The count of ``scrapy forget`` calls last seen (the heartbeat reads it).
+        self._forgets: bytes | None = None
         self._to_push: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -449,6 +451,13 @@ class FrontierScheduler(BaseScheduler):
         return len(self._local) <= self.prefetch // 2 and time.monotonic() >= self._next_poll
 
     async def _step(self) -> None:
+        forgets = self.heartbeat.forgets
+        if forgets != self._forgets:
+            if self._forgets is not None and self._seen:
+                # `scrapy forget` let URLs through the dupefilter: this worker must ask Redis again
+                self._seen.clear()
+                logger.info("URLs were forgotten (scrapy forget): the local first look is emptied, links are checked in Redis again")
+            self._forgets = forgets
         running = self.crawler.engine.running
         to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
         if running and to_send and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
