@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
 import sqlite3
+import time
 
 import pytest
 import redis.asyncio
