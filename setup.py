@@ -20,7 +20,10 @@ if EGG:
 
 setup(
     # Namespace discovery so that scrapy_frontier/lua (data, no __init__.py) is a package of its own.
-    packages=find_namespace_packages(include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else []), exclude=["*.__pycache__"]),
+    packages=find_namespace_packages(
+        include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else []),
+        exclude=["*.__pycache__"],
+    ),
     package_data={"scrapy_frontier": ["py.typed"], "scrapy_frontier.lua": ["*.lua"]},
     entry_points=entry_points,
     zip_safe=False,

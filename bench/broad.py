@@ -36,7 +36,11 @@ from bench.speed import OUT  # noqa: E402
 from tests.loopback import free_port, wait_port  # noqa: E402
 
 #: (name, mode, workers), the first the baseline of the ratios.
-KINDS = (("plain Scrapy", "plain", 1), ("this project, 1 worker", "frontier", 1), ("this project, 2 workers", "frontier", 2))
+KINDS = (
+    ("plain Scrapy", "plain", 1),
+    ("this project, 1 worker", "frontier", 1),
+    ("this project, 2 workers", "frontier", 2),
+)
 
 
 def host(i: int) -> str:
@@ -57,9 +61,13 @@ def make_site(hosts: int, pages: int, port: int) -> Path:
         d = site / host(i)
         d.mkdir(parents=True)
         for n in range(pages):
-            links = [(i, (n + 1) % pages), ((i + 1) % hosts, 0)] + [(rng.randrange(hosts), rng.randrange(pages)) for _ in range(9)]
+            links = [(i, (n + 1) % pages), ((i + 1) % hosts, 0)] + [
+                (rng.randrange(hosts), rng.randrange(pages)) for _ in range(9)
+            ]
             body = "".join(f'<a href="http://{host(h)}:{port}/p{k}.html">page {k} of host {h}</a> ' for h, k in links)
-            (d / f"p{n}.html").write_text(f"<html><head><title>Host {i} page {n}</title></head><body><h1>Host {i} page {n}</h1><p>{filler}</p>{body}</body></html>")
+            (d / f"p{n}.html").write_text(
+                f"<html><head><title>Host {i} page {n}</title></head><body><h1>Host {i} page {n}</h1><p>{filler}</p>{body}</body></html>"
+            )
     return site
 
 
@@ -86,15 +94,29 @@ class BroadNginx(speed.Nginx):
         self.url = f"http://{host(0)}:{port}/"
 
 
-def crawl(name: str, mode: str, workers: int, start_url: str, redis_url: str, cap: int, timeout: float, profile: bool = False) -> dict[str, Any]:
+def crawl(
+    name: str, mode: str, workers: int, start_url: str, redis_url: str, cap: int, timeout: float, profile: bool = False
+) -> dict[str, Any]:
     """One run of a kind: bench.speed.crawl's figures (with Redis's, frontier runs)."""
     extra = {"SPIDER_MODULES": "bench.broad_spider", "CONCURRENT_REQUESTS_PER_DOMAIN": str(cap)}
     if mode == "frontier":
         extra["DOMAIN_CONCURRENCY"] = str(cap)
-    return speed.crawl(name.replace(" ", "").replace(",", "-"), mode, workers, start_url, redis_url=redis_url, timeout=timeout, spider="broad", settings=extra, profile=profile)
+    return speed.crawl(
+        name.replace(" ", "").replace(",", "-"),
+        mode,
+        workers,
+        start_url,
+        redis_url=redis_url,
+        timeout=timeout,
+        spider="broad",
+        settings=extra,
+        profile=profile,
+    )
 
 
-def run(hosts: int, pages: int, cap: int, rounds: int, redis_url: str | None = None, profile: bool = True) -> dict[str, Any]:
+def run(
+    hosts: int, pages: int, cap: int, rounds: int, redis_url: str | None = None, profile: bool = True
+) -> dict[str, Any]:
     """Every kind ``rounds`` times, interleaved, then (``profile``) one profiled two-worker run.
 
     Returns ``{"runs": {name: [run, ...]}, "median": {name: run}, "ratio": {name: x}, "profiled": run, ...}``.
@@ -109,14 +131,32 @@ def run(hosts: int, pages: int, cap: int, rounds: int, redis_url: str | None = N
         try:
             for _ in range(rounds):
                 for name, mode, workers in KINDS:
-                    r = crawl(name, mode, workers, server.url + "p0.html", url, cap, timeout=max(600.0, hosts * pages / 5))
+                    r = crawl(
+                        name, mode, workers, server.url + "p0.html", url, cap, timeout=max(600.0, hosts * pages / 5)
+                    )
                     runs[name].append(r)
                     extra = f", Redis {r['redis_cpu_us_per_page']} µs/page" if "redis_cpu_us_per_page" in r else ""
-                    print(f"broad {name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s{extra} (load {r['load_before']} -> {r['load_after']})", flush=True)
+                    print(
+                        f"broad {name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s{extra} (load {r['load_before']} -> {r['load_after']})",
+                        flush=True,
+                    )
             if profile:
                 # where Redis's time goes, per script: one more two-worker run, every command logged
-                profiled = crawl("profiled", "frontier", 2, server.url + "p0.html", url, cap, timeout=max(600.0, hosts * pages / 5), profile=True)
-                print(f"broad profiled run: {profiled['logged_us_per_page']} µs/page of commands logged: " + ", ".join(f"{k} {v['us_per_page']}" for k, v in list(profiled["profile"].items())[:6]), flush=True)
+                profiled = crawl(
+                    "profiled",
+                    "frontier",
+                    2,
+                    server.url + "p0.html",
+                    url,
+                    cap,
+                    timeout=max(600.0, hosts * pages / 5),
+                    profile=True,
+                )
+                print(
+                    f"broad profiled run: {profiled['logged_us_per_page']} µs/page of commands logged: "
+                    + ", ".join(f"{k} {v['us_per_page']}" for k, v in list(profiled["profile"].items())[:6]),
+                    flush=True,
+                )
         finally:
             if throwaway:
                 throwaway.__exit__()
@@ -125,10 +165,22 @@ def run(hosts: int, pages: int, cap: int, rounds: int, redis_url: str | None = N
         ordered = sorted(kind, key=lambda r: r["pages_per_s"] or 0)
         median[name] = ordered[(len(ordered) - 1) // 2]
     base = median["plain Scrapy"]["pages_per_s"]
-    ratios = {name: [round(r["pages_per_s"] / b["pages_per_s"], 2) for r, b in zip(kind, runs["plain Scrapy"])] for name, kind in runs.items()}
-    return {"hosts": hosts, "pages_per_host": pages, "cap": cap, "rounds": rounds, "runs": runs, "median": median,
-            "ratio": {name: round(m["pages_per_s"] / base, 2) for name, m in median.items()}, "ratio_per_round": ratios,
-            "ratio_median_of_rounds": {name: statistics.median(v) for name, v in ratios.items()}, "profiled": profiled}
+    ratios = {
+        name: [round(r["pages_per_s"] / b["pages_per_s"], 2) for r, b in zip(kind, runs["plain Scrapy"])]
+        for name, kind in runs.items()
+    }
+    return {
+        "hosts": hosts,
+        "pages_per_host": pages,
+        "cap": cap,
+        "rounds": rounds,
+        "runs": runs,
+        "median": median,
+        "ratio": {name: round(m["pages_per_s"] / base, 2) for name, m in median.items()},
+        "ratio_per_round": ratios,
+        "ratio_median_of_rounds": {name: statistics.median(v) for name, v in ratios.items()},
+        "profiled": profiled,
+    }
 
 
 def main() -> None:
@@ -138,14 +190,22 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=2, help="requests in flight per host")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled run (per-script Redis time)")
-    parser.add_argument("--redis", default=None, help="a Redis database URL (its broad:* keys are deleted); default: a throwaway redis-server")
+    parser.add_argument(
+        "--redis",
+        default=None,
+        help="a Redis database URL (its broad:* keys are deleted); default: a throwaway redis-server",
+    )
     args = parser.parse_args()
     result = run(args.hosts, args.pages, args.cap, args.rounds, args.redis, not args.no_profile)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "broad.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps({k: result[k] for k in ("hosts", "pages_per_host", "cap", "ratio", "ratio_per_round")}))
     for name, m in result["median"].items():
-        print(name, {k: m.get(k) for k in ("pages", "pages_per_s", "worker_cpu_ms_per_page", "redis_cpu_us_per_page")}, json.dumps(m.get("commands")))
+        print(
+            name,
+            {k: m.get(k) for k in ("pages", "pages_per_s", "worker_cpu_ms_per_page", "redis_cpu_us_per_page")},
+            json.dumps(m.get("commands")),
+        )
 
 
 if __name__ == "__main__":

@@ -62,7 +62,17 @@ def run(layout: str, workers: int, start_url: str, tmp: Path, spider_settings: d
     try:
         for i in range(workers):
             log, stats = tmp / f"{layout}-{workers}-{i}.log", tmp / f"{layout}-{workers}-{i}.json"
-            cmd = [sys.executable, "-m", "scrapy", "crawl", "site", "-s", f"SQLITE_PATH={tmp / 'x.sqlite3'}", "-s", f"BENCH_STATS_FILE={stats}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "scrapy",
+                "crawl",
+                "site",
+                "-s",
+                f"SQLITE_PATH={tmp / 'x.sqlite3'}",
+                "-s",
+                f"BENCH_STATS_FILE={stats}",
+            ]
             for k, v in {**SETTINGS, **spider_settings}.items():
                 cmd += ["-s", f"{k}={v}"]
             procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT))
@@ -114,7 +124,11 @@ def main() -> None:
         # the site spider follows the hosts its start request names (meta site_hosts)
         hosts = [f"127.1.{(i + 1) // 256}.{(i + 1) % 256}" for i in range(40)]
         start, stop_site = json.dumps({"url": f"http://127.1.0.1:{port}/p/0", "meta": {"site_hosts": hosts}}), site.kill
-        runs = [("single", "single", {}), ("cluster", "cluster, no WAIT", {"FRONTIER_WAIT_REPLICAS": "0"}), ("cluster", "cluster, WAIT 1 replica", {"FRONTIER_WAIT_REPLICAS": "1"})]
+        runs = [
+            ("single", "single", {}),
+            ("cluster", "cluster, no WAIT", {"FRONTIER_WAIT_REPLICAS": "0"}),
+            ("cluster", "cluster, WAIT 1 replica", {"FRONTIER_WAIT_REPLICAS": "1"}),
+        ]
     else:
         docs = HttpServer(DOCS, "127.0.0.33")
         start, stop_site = f"{docs.url}index.html", docs.stop

@@ -80,14 +80,28 @@ def measure(client: redis.Redis, config: DedupConfig, urls: int, queries: int) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--urls", type=int, default=10_000_000)
-    parser.add_argument("--queries", type=int, default=1_000_000, help="fresh fingerprints asked after the N (false positives)")
+    parser.add_argument(
+        "--queries", type=int, default=1_000_000, help="fresh fingerprints asked after the N (false positives)"
+    )
     parser.add_argument("--error-rate", type=float, default=1e-6)
     args = parser.parse_args()
     args.queries -= args.queries % BATCH
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         server = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmp],
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                tmp,
+            ],
             stdout=subprocess.DEVNULL,
         )
         try:
@@ -107,7 +121,13 @@ def main() -> None:
                 results[name] = measure(client, config, args.urls, args.queries)
                 print(name, results[name], flush=True)
             bits, k = bloom_size(args.urls, args.error_rate / 2)
-            results["bloom"].update(capacity=args.urls, error_rate=args.error_rate, bits=bits, hashes=k, theoretical_bytes_per_url=round(bits / 8 / args.urls, 2))
+            results["bloom"].update(
+                capacity=args.urls,
+                error_rate=args.error_rate,
+                bits=bits,
+                hashes=k,
+                theoretical_bytes_per_url=round(bits / 8 / args.urls, 2),
+            )
             results["redis_version"] = client.info("server")["redis_version"]
         finally:
             server.terminate()
@@ -115,7 +135,9 @@ def main() -> None:
     print(f"\n{'layout':<8}{'URLs':>12}{'bytes/URL':>11}{'µs/URL':>8}{'false positives':>22}")
     for name in ("packed", "set", "bloom"):
         r = results[name]
-        print(f"{name:<8}{r['urls']:>12,}{r['bytes_per_url']:>11}{r['microseconds_per_url']:>8}{r['false_positives']:>10} of {r['fresh_queries']:,}")
+        print(
+            f"{name:<8}{r['urls']:>12,}{r['bytes_per_url']:>11}{r['microseconds_per_url']:>8}{r['false_positives']:>10} of {r['fresh_queries']:,}"
+        )
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "dedup.json").write_text(json.dumps(results, indent=2) + "\n")
 

@@ -65,7 +65,10 @@ def link_graph(hosts: int, pages: int) -> list[list[tuple[int, int]]]:
             if hosts == 1:
                 out.append([(0, (n + 1) % pages)] + [(0, rng.randrange(pages)) for _ in range(10)])
             else:
-                out.append([(i, (n + 1) % pages), ((i + 1) % hosts, 0)] + [(rng.randrange(hosts), rng.randrange(pages)) for _ in range(9)])
+                out.append(
+                    [(i, (n + 1) % pages), ((i + 1) % hosts, 0)]
+                    + [(rng.randrange(hosts), rng.randrange(pages)) for _ in range(9)]
+                )
     return out
 
 
@@ -88,7 +91,10 @@ async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefet
     graph = link_graph(hosts, pages)
     names = [host_name(i, hosts) for i in range(hosts)]
     dedup = DedupConfig()
-    crew = [Worker(Frontier(client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES)) for k in range(workers)]
+    crew = [
+        Worker(Frontier(client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES))
+        for k in range(workers)
+    ]
     # in the nodes index, as their heartbeats would put them (one worker alone uses no seen feed)
     await client.zadd(keys.nodes, {f"w{k}": 1 for k in range(workers)})
 
@@ -150,7 +156,11 @@ def callgrind_rounds(args: argparse.Namespace) -> None:
     try:
         figures = []
         for r in range(args.rounds):
-            pages, ir = server.instructions(lambda: asyncio.run(crawl(server.url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch)))
+            pages, ir = server.instructions(
+                lambda: asyncio.run(
+                    crawl(server.url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch)
+                )
+            )
             figures.append(ir / pages)
             print(f"round {r + 1}: {pages} pages, Redis {ir / pages:,.0f} instructions/page", flush=True)
         print(f"median of {len(figures)}: Redis {statistics.median(figures):,.0f} instructions/page")
@@ -167,9 +177,17 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=64, help="requests a worker holds (CONCURRENT_REQUESTS)")
     parser.add_argument("--batch", type=int, default=16, help="pages a worker fetches between two pushes")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", action="store_true", help="one more run with every command logged (SLOWLOG): each script's share")
-    parser.add_argument("--redis", default=None, help="a Redis database URL (FLUSHED); default: a throwaway redis-server")
-    parser.add_argument("--callgrind", action="store_true", help="count Redis's instructions per page under valgrind (steady) instead of its CPU time")
+    parser.add_argument(
+        "--profile", action="store_true", help="one more run with every command logged (SLOWLOG): each script's share"
+    )
+    parser.add_argument(
+        "--redis", default=None, help="a Redis database URL (FLUSHED); default: a throwaway redis-server"
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count Redis's instructions per page under valgrind (steady) instead of its CPU time",
+    )
     args = parser.parse_args()
     if args.callgrind:
         callgrind_rounds(args)
@@ -181,7 +199,10 @@ def main() -> None:
         for r in range(args.rounds):
             fig = run_once(url, args)
             runs.append(fig)
-            print(f"round {r + 1}: {fig['pages']} pages, Redis CPU {fig['redis_cpu_us_per_page_net']} µs/page net ({fig['redis_cpu_us_per_page']} raw), EVALSHA {fig['evalsha_us_per_page']} µs/page", flush=True)
+            print(
+                f"round {r + 1}: {fig['pages']} pages, Redis CPU {fig['redis_cpu_us_per_page_net']} µs/page net ({fig['redis_cpu_us_per_page']} raw), EVALSHA {fig['evalsha_us_per_page']} µs/page",
+                flush=True,
+            )
         print(
             f"median of {len(runs)}: Redis CPU {statistics.median(f['redis_cpu_us_per_page_net'] for f in runs)} µs/page net, "
             f"EVALSHA {statistics.median(f['evalsha_us_per_page'] for f in runs)} µs/page"
@@ -192,7 +213,9 @@ def main() -> None:
             fig = run_once(url, args, profile=True)
             print("profiled run (every command logged):")
             for name, st in fig["profile"].items():
-                print(f"  {name:<26} {st['calls_per_page']:>7} calls/page {st['us_per_call']:>9} µs/call {st['us_per_page']:>7} µs/page {st['share']:.0%}")
+                print(
+                    f"  {name:<26} {st['calls_per_page']:>7} calls/page {st['us_per_call']:>9} µs/call {st['us_per_page']:>7} µs/page {st['share']:.0%}"
+                )
     finally:
         if server:
             server.__exit__(None, None, None)

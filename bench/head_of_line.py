@@ -33,7 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def serve(host: str, pages: int, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port(host)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(port), str(log)], env={**os.environ, "SITE_PAGES": str(pages)})
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(port), str(log)],
+        env={**os.environ, "SITE_PAGES": str(pages)},
+    )
     for _ in range(100):
         try:
             socket.create_connection((host, port), timeout=0.2).close()
@@ -52,11 +55,32 @@ def crawl(redis_url: str, urls: list[str], fast_log: Path, pages: int, settings:
     keys = list(client.scan_iter(match="site:*"))
     if keys:
         client.delete(*keys)
-    cmd = [sys.executable, "-m", "scrapy", "crawl", "site", "-a", "url=" + " ".join(urls), "-s", "LOG_LEVEL=WARNING", "-s", "AUTOTHROTTLE_ENABLED=False",
-           "-s", "ROBOTSTXT_OBEY=False", "-s", "STORAGE_ENABLED=False", "-s", "TELNETCONSOLE_ENABLED=False", "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "crawl",
+        "site",
+        "-a",
+        "url=" + " ".join(urls),
+        "-s",
+        "LOG_LEVEL=WARNING",
+        "-s",
+        "AUTOTHROTTLE_ENABLED=False",
+        "-s",
+        "ROBOTSTXT_OBEY=False",
+        "-s",
+        "STORAGE_ENABLED=False",
+        "-s",
+        "TELNETCONSOLE_ENABLED=False",
+        "-s",
+        "MAX_IDLE_TIME_BEFORE_CLOSE=1",
+    ]
     for k, v in settings.items():
         cmd += ["-s", f"{k}={v}"]
-    worker = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        cmd, cwd=ROOT, env={**os.environ, "REDIS_URL": redis_url}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 300
     while len(times(fast_log)) < pages and time.monotonic() < deadline and worker.poll() is None:
         time.sleep(0.2)
@@ -81,12 +105,22 @@ def main() -> None:
     slow, slow_url = serve("127.0.0.22", args.pages, slow_log)
     try:
         alone = crawl(args.redis, [f"{fast_url}/site/0"], fast_log, args.pages, {})
-        together = crawl(args.redis, [f"{fast_url}/site/0", f"{slow_url}/site/0"], fast_log, args.pages, {"DOMAIN_RATE_LIMITS": json.dumps({"127.0.0.22": 1})})
+        together = crawl(
+            args.redis,
+            [f"{fast_url}/site/0", f"{slow_url}/site/0"],
+            fast_log,
+            args.pages,
+            {"DOMAIN_RATE_LIMITS": json.dumps({"127.0.0.22": 1})},
+        )
     finally:
         fast.terminate()
         slow.terminate()
     slow_rate = len(times(slow_log))
-    result = {"fast_alone_pages_per_s": round(alone, 1), "fast_beside_1rps_host_pages_per_s": round(together, 1), "ratio": round(together / alone, 3)}
+    result = {
+        "fast_alone_pages_per_s": round(alone, 1),
+        "fast_beside_1rps_host_pages_per_s": round(together, 1),
+        "ratio": round(together / alone, 3),
+    }
     print(f"{'run':<42}{'pages/s':>10}")
     print(f"{'fast host alone':<42}{alone:>10.1f}")
     print(f"{'fast host beside a host limited to 1/s':<42}{together:>10.1f}")

@@ -31,7 +31,9 @@ from scrapy_frontier.signals import items_stored
 
 
 def page(i: int, text_bytes: int) -> Page:
-    body = (f"Paragraph {i} of a page of the Python documentation, served on loopback. " * (text_bytes // 70 + 1))[:text_bytes]
+    body = (f"Paragraph {i} of a page of the Python documentation, served on loopback. " * (text_bytes // 70 + 1))[
+        :text_bytes
+    ]
     return Page(
         url=f"https://docs.example.org/3/library/module{i}.html",
         status=200,
@@ -45,7 +47,12 @@ def page(i: int, text_bytes: int) -> Page:
 
 async def fill(url: str, items: int, text_bytes: int, whole: bool) -> dict:
     spider_cls = type("site", (Spider,), {"name": "site"})
-    settings = {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": url, "REDIS_CACHE_CAPACITY": items, "REDIS_CACHE_ITEMS": whole}
+    settings = {
+        "TWISTED_REACTOR_ENABLED": False,
+        "REDIS_URL": url,
+        "REDIS_CACHE_CAPACITY": items,
+        "REDIS_CACHE_ITEMS": whole,
+    }
     crawler = get_crawler(spider_cls, settings)
     crawler.spider = crawler._create_spider()
     pipeline = RedisCachePipeline.from_crawler(crawler)
@@ -80,6 +87,7 @@ def main() -> None:
         out["lean"] = asyncio.run(fill(server.url, args.items, args.text_bytes, whole=False))
         out["full"] = asyncio.run(fill(server.url, args.items, args.text_bytes, whole=True))
         print(json.dumps(out))
+
 
 if __name__ == "__main__":
     main()

@@ -37,7 +37,12 @@ async def run(url: str, hosts: int, calls: int) -> dict:
     keys = Keys.for_spider(Settings(), "bench")
     frontier = Frontier(client, keys, "bench-node", dedup=DedupConfig(), default_rate=1.0)
     for start in range(0, hosts, 1000):
-        await frontier.push([Entry("", f"h{i}.example", 0, f'{{"url":"http://h{i}.example/"}}') for i in range(start, min(hosts, start + 1000))])
+        await frontier.push(
+            [
+                Entry("", f"h{i}.example", 0, f'{{"url":"http://h{i}.example/"}}')
+                for i in range(start, min(hosts, start + 1000))
+            ]
+        )
     sync = redis.Redis.from_url(url)
     before = evalsha_usec(sync)
     leased = 0
@@ -58,7 +63,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             server = RedisServer(Path(tmp))  # a redis-server of its own (tests/conftest.py)
             try:
-                print(json.dumps(asyncio.run(run(f"redis://127.0.0.1:{server.port}/0", hosts, min(args.calls, hosts // 32 or 1)))), flush=True)
+                print(
+                    json.dumps(
+                        asyncio.run(run(f"redis://127.0.0.1:{server.port}/0", hosts, min(args.calls, hosts // 32 or 1)))
+                    ),
+                    flush=True,
+                )
             finally:
                 server.stop()
 

@@ -93,7 +93,12 @@ class Sampler(threading.Thread):
 
     def sample(self) -> list[float]:
         kb = rss_kb(self.pid) or 0
-        s = [round(time.monotonic() - self.started, 2), frontier_size(self.client), round(kb / 1024, 1), round(self.client.info("memory")["used_memory"] / 2**20, 1)]
+        s = [
+            round(time.monotonic() - self.started, 2),
+            frontier_size(self.client),
+            round(kb / 1024, 1),
+            round(self.client.info("memory")["used_memory"] / 2**20, 1),
+        ]
         self.samples.append(s)
         return s
 
@@ -107,7 +112,15 @@ class Sampler(threading.Thread):
         self.client.close()
 
 
-async def fill(redis_url: str, base_url: str, requests: int, checkpoints: list[int], hold: float, sampler: Sampler, worker: subprocess.Popen) -> list[list[float]]:
+async def fill(
+    redis_url: str,
+    base_url: str,
+    requests: int,
+    checkpoints: list[int],
+    hold: float,
+    sampler: Sampler,
+    worker: subprocess.Popen,
+) -> list[list[float]]:
     """Push distinct ``/fill/<n>`` requests until the frontier holds ``requests``; pause ``hold``
     seconds at each checkpoint and return the sample taken at the end of each pause."""
     import hashlib
@@ -136,7 +149,9 @@ async def fill(redis_url: str, base_url: str, requests: int, checkpoints: list[i
                 entries = []
                 for i in range(n, n + count):
                     url = f"{base_url}fill/{i}"
-                    entries.append(Entry(hashlib.sha1(url.encode()).hexdigest(), host, 0, template.replace("NUMBER", str(i))))
+                    entries.append(
+                        Entry(hashlib.sha1(url.encode()).hexdigest(), host, 0, template.replace("NUMBER", str(i)))
+                    )
                 n += count
                 await frontier.push(entries)
                 if worker.poll() is not None:
@@ -152,7 +167,14 @@ def frontier_size_now(sampler: Sampler) -> int:
     return frontier_size(sampler.client)
 
 
-def run(requests: int = 3_000_000, source: str = "push", fan: int = 1000, hold: float = 5.0, timeout: float = 3600.0, checkpoints: int = 3) -> dict[str, Any]:
+def run(
+    requests: int = 3_000_000,
+    source: str = "push",
+    fan: int = 1000,
+    hold: float = 5.0,
+    timeout: float = 3600.0,
+    checkpoints: int = 3,
+) -> dict[str, Any]:
     """Grow the frontier to ``requests`` requests while one worker crawls.
 
     Returns ``{"requests", "source", "checkpoints": [{"frontier", "seconds", "worker_rss_mb",
@@ -190,7 +212,9 @@ def run(requests: int = 3_000_000, source: str = "push", fan: int = 1000, hold: 
                         if proc.poll() is not None:
                             raise RuntimeError(f"the worker exited with status {proc.returncode}; see {log}")
                         if sampler.samples[-1][0] > timeout:
-                            raise RuntimeError(f"the frontier reached only {sampler.samples[-1][1]} requests in {timeout:.0f} s")
+                            raise RuntimeError(
+                                f"the frontier reached only {sampler.samples[-1][1]} requests in {timeout:.0f} s"
+                            )
                         time.sleep(0.5)
                     marks.append(sampler.samples[-1])
         finally:
@@ -224,15 +248,26 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"{'frontier (requests)':>20}{'worker RSS (MB)':>17}{'Redis used (MB)':>17}")
     for m in result["checkpoints"]:
         print(f"{m['frontier']:>20,}{m['worker_rss_mb']:>17}{m['redis_used_mb']:>17}")
-    print(f"worker RSS from {result['checkpoints'][1]['frontier']:,} to {result['checkpoints'][-1]['frontier']:,} requests: {result['growth_mb']:+} MB")
+    print(
+        f"worker RSS from {result['checkpoints'][1]['frontier']:,} to {result['checkpoints'][-1]['frontier']:,} requests: {result['growth_mb']:+} MB"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=3_000_000, help="stop when the frontier holds this many requests")
-    parser.add_argument("--source", choices=("push", "links"), default="push", help="who grows the frontier: this script (push) or the crawl's own links")
+    parser.add_argument(
+        "--requests", type=int, default=3_000_000, help="stop when the frontier holds this many requests"
+    )
+    parser.add_argument(
+        "--source",
+        choices=("push", "links"),
+        default="push",
+        help="who grows the frontier: this script (push) or the crawl's own links",
+    )
     parser.add_argument("--fan", type=int, default=1000, help="links per page (--source links)")
-    parser.add_argument("--hold", type=float, default=5.0, help="seconds the worker crawls at each checkpoint before its RSS is read")
+    parser.add_argument(
+        "--hold", type=float, default=5.0, help="seconds the worker crawls at each checkpoint before its RSS is read"
+    )
     args = parser.parse_args()
     result = run(args.requests, args.source, args.fan, args.hold)
     print_table(result)

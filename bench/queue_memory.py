@@ -83,7 +83,13 @@ async def fill(url: str, requests: int, hosts: int) -> dict:
     total += sync.memory_usage(keys.queue_prefix + "@queued", samples=0) or 0
     used = sync.info("memory")["used_memory"]
     await client.aclose()
-    return {"requests": requests, "hosts": hosts, "queue_bytes": total, "bytes_per_request": round(total / requests, 1), "redis_used_memory": used}
+    return {
+        "requests": requests,
+        "hosts": hosts,
+        "queue_bytes": total,
+        "bytes_per_request": round(total / requests, 1),
+        "redis_used_memory": used,
+    }
 
 
 def main() -> None:

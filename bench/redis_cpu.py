@@ -52,7 +52,9 @@ class RedisCpu:
     def read(self) -> tuple[float, dict[str, tuple[int, float]]]:
         cpu = self.client.info("cpu")
         stats = self.client.info("commandstats")
-        return cpu["used_cpu_user"] + cpu["used_cpu_sys"], {k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()}
+        return cpu["used_cpu_user"] + cpu["used_cpu_sys"], {
+            k.removeprefix("cmdstat_"): (v["calls"], v["usec"]) for k, v in stats.items()
+        }
 
     def idle(self, seconds: float = 3.0) -> float:
         """Measure Redis's CPU with nothing to do (its own timers, ``hz``), in µs per second: the
@@ -92,15 +94,23 @@ class RedisCpu:
         and, profiled, ``profile`` (per script and command: calls/page, µs/call, µs/page, share)."""
         cpu, cmds = self.after
         spent = cpu - self.before[0]
-        delta = {k: (c - self.before[1].get(k, (0, 0))[0], u - self.before[1].get(k, (0, 0))[1]) for k, (c, u) in cmds.items()}
+        delta = {
+            k: (c - self.before[1].get(k, (0, 0))[0], u - self.before[1].get(k, (0, 0))[1])
+            for k, (c, u) in cmds.items()
+        }
         delta = {k: v for k, v in delta.items() if v[0] > 0}
         idle = getattr(self, "idle_us_per_s", None)
         out: dict[str, Any] = {
             "redis_cpu_us_per_page": round(spent / pages * 1e6, 1) if pages else None,
             # what is left once Redis's own idle work over the run's duration is taken out
             "redis_idle_us_per_s": round(idle, 1) if idle is not None else None,
-            "redis_cpu_us_per_page_net": round((spent * 1e6 - idle * self.seconds) / pages, 1) if pages and idle is not None else None,
-            "commandstats": {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)} for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:20]},
+            "redis_cpu_us_per_page_net": round((spent * 1e6 - idle * self.seconds) / pages, 1)
+            if pages and idle is not None
+            else None,
+            "commandstats": {
+                k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1)}
+                for k, (c, u) in sorted(delta.items(), key=lambda kv: -kv[1][1])[:20]
+            },
         }
         if self.profile:
             names = script_names()
@@ -119,7 +129,15 @@ class RedisCpu:
                 calls_us[1] += entry[2]
             total = sum(u for _, u in per.values()) or 1
             out["logged_us_per_page"] = round(total / pages, 1)
-            out["profile"] = {k: {"calls_per_page": round(c / pages, 3), "us_per_call": round(u / c, 1), "us_per_page": round(u / pages, 2), "share": round(u / total, 3)} for k, (c, u) in sorted(per.items(), key=lambda kv: -kv[1][1])}
+            out["profile"] = {
+                k: {
+                    "calls_per_page": round(c / pages, 3),
+                    "us_per_call": round(u / c, 1),
+                    "us_per_page": round(u / pages, 2),
+                    "share": round(u / total, 3),
+                }
+                for k, (c, u) in sorted(per.items(), key=lambda kv: -kv[1][1])
+            }
         return out
 
 
@@ -135,9 +153,23 @@ class CallgrindRedis:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={self.dir}/out.%p",
-             "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={self.dir}/out.%p",
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_port("127.0.0.1", self.port, timeout=60)
 

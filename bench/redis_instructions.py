@@ -27,14 +27,31 @@ from bench.redis_cpu import CallgrindRedis  # noqa: E402
 from tests.loopback import free_port  # noqa: E402
 
 
-def count(start_url: str, workers: int, *, spider: str = "site", settings: dict[str, str] | None = None) -> dict[str, float]:
+def count(
+    start_url: str, workers: int, *, spider: str = "site", settings: dict[str, str] | None = None
+) -> dict[str, float]:
     """One frontier crawl from ``start_url`` against a callgrind Redis: pages, pages/s, instructions/page."""
     server = CallgrindRedis()
     try:
-        run, instructions = server.instructions(lambda: speed.crawl(f"callgrind-{spider}-{workers}", "frontier", workers, start_url, redis_url=server.url, spider=spider, settings=settings, timeout=1800))
+        run, instructions = server.instructions(
+            lambda: speed.crawl(
+                f"callgrind-{spider}-{workers}",
+                "frontier",
+                workers,
+                start_url,
+                redis_url=server.url,
+                spider=spider,
+                settings=settings,
+                timeout=1800,
+            )
+        )
     finally:
         server.stop()
-    return {"pages": run["pages"], "pages_per_s": run["pages_per_s"], "instructions_per_page": round(instructions / run["pages"]) if run["pages"] else None}
+    return {
+        "pages": run["pages"],
+        "pages_per_s": run["pages_per_s"],
+        "instructions_per_page": round(instructions / run["pages"]) if run["pages"] else None,
+    }
 
 
 def main() -> None:
@@ -53,9 +70,15 @@ def main() -> None:
     if args.hosts:
         port = free_port(broad.host(0))
         with broad.BroadNginx(broad.make_site(args.hosts, args.per_host, port), args.hosts, port) as server:
-            settings = {"SPIDER_MODULES": "bench.broad_spider", "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.cap), "DOMAIN_CONCURRENCY": str(args.cap)}
+            settings = {
+                "SPIDER_MODULES": "bench.broad_spider",
+                "CONCURRENT_REQUESTS_PER_DOMAIN": str(args.cap),
+                "DOMAIN_CONCURRENCY": str(args.cap),
+            }
             for workers in (1, 2):
-                out[f"broad, {workers} worker(s)"] = r = count(server.url + "p0.html", workers, spider="broad", settings=settings)
+                out[f"broad, {workers} worker(s)"] = r = count(
+                    server.url + "p0.html", workers, spider="broad", settings=settings
+                )
                 print(f"broad, {workers} worker(s): {r}", flush=True)
     print(json.dumps(out))
 

@@ -89,8 +89,17 @@ def machine() -> dict[str, Any]:
     import scrapy
     import scrapy_redis
 
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), platform.processor())
-    mem_kb = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:")))
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    mem_kb = int(
+        next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal:"))
+    )
 
     def version(cmd: list[str]) -> str | None:
         try:
@@ -158,14 +167,26 @@ def run_crawls(args: argparse.Namespace, redis_url: str, results: dict[str, Any]
                     storage.create_database(mysql_url)
                 try:
                     slug = name.replace(" ", "").replace(",", "-").replace(".", "")
-                    r = speed.crawl(slug, mode, workers, server.url + "p0.html", redis_url=redis_url, mysql_url=mysql_url, pipelines=name == STORAGE_RUN, timeout=timeout)
+                    r = speed.crawl(
+                        slug,
+                        mode,
+                        workers,
+                        server.url + "p0.html",
+                        redis_url=redis_url,
+                        mysql_url=mysql_url,
+                        pipelines=name == STORAGE_RUN,
+                        timeout=timeout,
+                    )
                     if mysql_url:
                         r["rows"] = storage.count_rows(mysql_url)
                 finally:
                     if mysql_url:
                         storage.drop_database(mysql_url)
                 runs[name].append(r)
-                print(f"{name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s (load {r['load_before']} -> {r['load_after']})", flush=True)
+                print(
+                    f"{name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s (load {r['load_before']} -> {r['load_after']})",
+                    flush=True,
+                )
     for name, kind in runs.items():
         results["crawls"][name] = median_run(kind)
 
@@ -198,7 +219,14 @@ def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     results["queue"] = []
     for hosts in (1000, max(1, args.queue_requests // 10)):
-        cmd = [sys.executable, str(ROOT / "bench" / "queue_memory.py"), "--requests", str(args.queue_requests), "--hosts", str(hosts)]
+        cmd = [
+            sys.executable,
+            str(ROOT / "bench" / "queue_memory.py"),
+            "--requests",
+            str(args.queue_requests),
+            "--hosts",
+            str(hosts),
+        ]
         print("queue:", " ".join(cmd[1:]), flush=True)
         started = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
@@ -286,7 +314,10 @@ def markdown(results: dict[str, Any]) -> str:
     v = results["verdicts"]
     base = crawls.get("plain Scrapy", {}).get("pages_per_s")
     if crawls:
-        lines += ["| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for name, r in crawls.items():
             ratio = f"{r['pages_per_s'] / base:.2f}" if base and r["pages_per_s"] else "-"
             target = ""
@@ -294,42 +325,65 @@ def markdown(results: dict[str, Any]) -> str:
                 t = v[name]
                 shown = f"{t['value']:.1%} lost" if name == STORAGE_RUN else t["value"]
                 target = f"{t['target'].replace('0.05', '5%')}: {shown} {'met' if t['met'] else 'NOT met'}"
-            lines.append(f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |")
+            lines.append(
+                f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
+            )
         lines.append("")
     b = results.get("broad")
     if b:
-        lines += [f"Broad crawl: {b['hosts']} hosts x {b['pages_per_host']} pages, at most {b['cap']} requests in flight per host, median of {b['rounds']} interleaved round(s):", ""]
-        lines += ["| run | pages | pages/s | ratio to plain Scrapy (each round) | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Broad crawl: {b['hosts']} hosts x {b['pages_per_host']} pages, at most {b['cap']} requests in flight per host, median of {b['rounds']} interleaved round(s):",
+            "",
+        ]
+        lines += [
+            "| run | pages | pages/s | ratio to plain Scrapy (each round) | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, r in b["median"].items():
             t = v.get(f"broad, {name}")
             target = f"{t['target']}: {t['value']} {'met' if t['met'] else 'NOT met'}" if t else ""
             each = ", ".join(str(x) for x in b["ratio_per_round"][name])
-            lines.append(f"| {name} | {r['pages']} | {r['pages_per_s']} | {b['ratio'][name]} ({each}) | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |")
+            lines.append(
+                f"| {name} | {r['pages']} | {r['pages_per_s']} | {b['ratio'][name]} ({each}) | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
+            )
         lines.append("")
         prof = b.get("profiled", {}).get("profile")
         if prof:
-            lines += ["Where Redis's time goes (the profiled two-worker broad run, every command logged; µs of execution per page):", ""]
+            lines += [
+                "Where Redis's time goes (the profiled two-worker broad run, every command logged; µs of execution per page):",
+                "",
+            ]
             lines += ["| script or command | calls/page | µs/call | µs/page | share |", "|---|---|---|---|---|"]
             for k, p in list(prof.items())[:8]:
-                lines.append(f"| {k} | {p['calls_per_page']} | {p['us_per_call']} | {p['us_per_page']} | {p['share']:.0%} |")
+                lines.append(
+                    f"| {k} | {p['calls_per_page']} | {p['us_per_call']} | {p['us_per_page']} | {p['share']:.0%} |"
+                )
             lines.append("")
     rows = []
     if "mysql" in results:
         m = results["mysql"]
         t = v["mysql"]
-        rows.append(f"| MySQL storage pipeline alone | {m['items_per_s']:,.0f} items/s ({m['items']:,} items of {m['row_bytes']} bytes, batches of {m['batch_size']}) | >= 10,000 items/s: {'met' if t['met'] else 'NOT met'} |")
+        rows.append(
+            f"| MySQL storage pipeline alone | {m['items_per_s']:,.0f} items/s ({m['items']:,} items of {m['row_bytes']} bytes, batches of {m['batch_size']}) | >= 10,000 items/s: {'met' if t['met'] else 'NOT met'} |"
+        )
     if "memory" in results:
         m = results["memory"]
         t = v["memory"]
         points = ", ".join(f"{c['worker_rss_mb']:.0f} MB at {c['frontier'] / 1e6:.2f}M" for c in m["checkpoints"])
-        rows.append(f"| worker RSS as the frontier grows ({m['source']}) | {points} | flat: {m['growth_mb']:+} MB {'met' if t['met'] else 'NOT met'} |")
+        rows.append(
+            f"| worker RSS as the frontier grows ({m['source']}) | {points} | flat: {m['growth_mb']:+} MB {'met' if t['met'] else 'NOT met'} |"
+        )
     d = results.get("dedup")
     if d:
         if "packed" in d:
             p, t = d["packed"], v.get("packed", {})
-            rows.append(f"| dedup, exact, packed (the default) | {p['bytes_per_url']} bytes/URL at {p['urls']:,} URLs | <= 16 bytes/URL: {'met' if t.get('met') else 'NOT met'} |")
+            rows.append(
+                f"| dedup, exact, packed (the default) | {p['bytes_per_url']} bytes/URL at {p['urls']:,} URLs | <= 16 bytes/URL: {'met' if t.get('met') else 'NOT met'} |"
+            )
         e, b = d.get("set") or d["exact"], d["bloom"]
-        rows.append(f"| dedup, exact, scrapy-redis's hex set | {e['bytes_per_url']} bytes/URL at {e['urls']:,} URLs | |")
+        rows.append(
+            f"| dedup, exact, scrapy-redis's hex set | {e['bytes_per_url']} bytes/URL at {e['urls']:,} URLs | |"
+        )
         fp = b.get("false_positive_rate") or 0.0
         t = v.get("bloom", {})
         rows.append(
@@ -338,12 +392,18 @@ def markdown(results: dict[str, Any]) -> str:
         )
     for q in results.get("queue") or ():
         t = v.get("queue", {})
-        rows.append(f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over {q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |")
+        rows.append(
+            f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over {q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |"
+        )
     c = results.get("cache")
     if c:
         met = "met" if v.get("cache", {}).get("met") else "NOT met"
-        rows.append(f"| Redis bytes per cached item, lean cache (the default) | {c['lean']['bytes_per_item']} at {c['items']:,} items | <= 150: {met} |")
-        rows.append(f"| Redis bytes per cached item, whole items (`REDIS_CACHE_ITEMS`, {c['text_bytes']:,}-byte texts) | {c['full']['bytes_per_item']:,} at {c['items']:,} items | |")
+        rows.append(
+            f"| Redis bytes per cached item, lean cache (the default) | {c['lean']['bytes_per_item']} at {c['items']:,} items | <= 150: {met} |"
+        )
+        rows.append(
+            f"| Redis bytes per cached item, whole items (`REDIS_CACHE_ITEMS`, {c['text_bytes']:,}-byte texts) | {c['full']['bytes_per_item']:,} at {c['items']:,} items | |"
+        )
     if rows:
         lines += ["| measure | result | target |", "|---|---|---|", *rows, ""]
     return "\n".join(lines)
@@ -366,18 +426,30 @@ def chart(results: dict[str, Any], path: Path) -> None:
 
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     m = results["machine"]
-    fig.suptitle(f"crawler benchmark, {m['date'][:10]}: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, Scrapy {m['scrapy']}", fontsize=11)
+    fig.suptitle(
+        f"crawler benchmark, {m['date'][:10]}: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, Scrapy {m['scrapy']}",
+        fontsize=11,
+    )
     ax = axes[0][0]
     crawls = results["crawls"]
     if crawls:
         names = list(crawls)
         values = [crawls[n]["pages_per_s"] or 0 for n in names]
-        colors = ["#888888" if n.startswith("plain") else "#d98c3f" if n.startswith("scrapy-redis") else "#3f7fd9" for n in names]
+        colors = [
+            "#888888" if n.startswith("plain") else "#d98c3f" if n.startswith("scrapy-redis") else "#3f7fd9"
+            for n in names
+        ]
         bars = ax.barh(names[::-1], values[::-1], color=colors[::-1])
         base = crawls.get("plain Scrapy", {}).get("pages_per_s")
         if base:
             for bar, value in zip(bars, values[::-1]):
-                ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:.0f} ({value / base:.2f}x)", va="center", fontsize=8)
+                ax.text(
+                    bar.get_width(),
+                    bar.get_y() + bar.get_height() / 2,
+                    f" {value:.0f} ({value / base:.2f}x)",
+                    va="center",
+                    fontsize=8,
+                )
             ax.set_xlim(0, max(values) * 1.3)
     ax.set_xlabel("pages/s (first to last response)")
     ax.set_title("Crawl speed, same spider and site", fontsize=10)
@@ -405,8 +477,21 @@ def chart(results: dict[str, Any], path: Path) -> None:
     ax = axes[1][1]
     d = results.get("dedup")
     if d:
-        layouts = [(k, label) for k, label in (("packed", "exact, packed"), ("set", "exact, hex set"), ("exact", "exact set"), ("bloom", "Bloom filter")) if k in d]
-        ax.bar([label for _, label in layouts], [d[k]["bytes_per_url"] for k, _ in layouts], color=["#3f7fd9" if k != "set" else "#888888" for k, _ in layouts])
+        layouts = [
+            (k, label)
+            for k, label in (
+                ("packed", "exact, packed"),
+                ("set", "exact, hex set"),
+                ("exact", "exact set"),
+                ("bloom", "Bloom filter"),
+            )
+            if k in d
+        ]
+        ax.bar(
+            [label for _, label in layouts],
+            [d[k]["bytes_per_url"] for k, _ in layouts],
+            color=["#3f7fd9" if k != "set" else "#888888" for k, _ in layouts],
+        )
         ax.axhline(4, color="red", linestyle="--", label="target 4 bytes/URL (Bloom)")
         for i, (key, _) in enumerate(layouts):
             ax.text(i, d[key]["bytes_per_url"], f"{d[key]['bytes_per_url']}", ha="center", va="bottom")
@@ -423,28 +508,52 @@ def chart(results: dict[str, Any], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog="\n".join(__doc__.splitlines()[2:]))
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(__doc__.splitlines()[2:]),
+    )
     parser.add_argument("--pages", type=int, default=20_000, help="pages of the generated site")
     parser.add_argument("--repeat", type=int, default=1, help="crawl runs of each kind; the median is reported")
     parser.add_argument("--items", type=int, default=100_000, help="items written by the MySQL part")
     parser.add_argument("--memory-requests", type=int, default=3_000_000, help="frontier size the memory part grows to")
     parser.add_argument("--memory-source", choices=("push", "links"), default="push", help="see bench/memory.py")
     parser.add_argument("--dedup-urls", type=int, default=10_000_000, help="URLs added by the dedup part")
-    parser.add_argument("--dedup-json", metavar="FILE", help="take the dedup figures from FILE (a bench/out/dedup.json of an earlier run) instead of running it")
-    parser.add_argument("--dedup-queries", type=int, default=1_000_000, help="fresh URLs asked of the dedup filters (false positives)")
+    parser.add_argument(
+        "--dedup-json",
+        metavar="FILE",
+        help="take the dedup figures from FILE (a bench/out/dedup.json of an earlier run) instead of running it",
+    )
+    parser.add_argument(
+        "--dedup-queries", type=int, default=1_000_000, help="fresh URLs asked of the dedup filters (false positives)"
+    )
     parser.add_argument("--queue-requests", type=int, default=10_000_000, help="requests queued by the queue part")
-    parser.add_argument("--cache-items", type=int, default=100_000, help="items sent through the item cache by the cache part")
+    parser.add_argument(
+        "--cache-items", type=int, default=100_000, help="items sent through the item cache by the cache part"
+    )
     parser.add_argument("--broad-hosts", type=int, default=300, help="hosts of the broad crawl")
     parser.add_argument("--broad-pages", type=int, default=40, help="pages per host of the broad crawl")
-    parser.add_argument("--redis", default=None, help="Redis database URL for the crawls (its site:* keys are deleted); default: a throwaway redis-server")
-    parser.add_argument("--mysql", default=storage.DEFAULT_MYSQL, help="MySQL URL of a bench database (created and dropped; name ending in _bench)")
+    parser.add_argument(
+        "--redis",
+        default=None,
+        help="Redis database URL for the crawls (its site:* keys are deleted); default: a throwaway redis-server",
+    )
+    parser.add_argument(
+        "--mysql",
+        default=storage.DEFAULT_MYSQL,
+        help="MySQL URL of a bench database (created and dropped; name ending in _bench)",
+    )
     parser.add_argument("--only", nargs="+", choices=PARTS, default=None, help="run only these parts")
     parser.add_argument("--skip", nargs="+", choices=PARTS, default=(), help="skip these parts")
     args = parser.parse_args()
     args.parts = [p for p in (args.only or PARTS) if p not in args.skip]
     OUT.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    results: dict[str, Any] = {"machine": machine(), "settings": {**vars(args), "crawl_settings": speed.COMMON}, "crawls": {}}
+    results: dict[str, Any] = {
+        "machine": machine(),
+        "settings": {**vars(args), "crawl_settings": speed.COMMON},
+        "crawls": {},
+    }
     results["machine"]["mariadb_server"] = mysql_server_version(args.mysql)
     print(json.dumps(results["machine"], indent=1), flush=True)
     if "crawl" in args.parts or "storage" in args.parts:
@@ -482,7 +591,9 @@ def main() -> None:
     for name in ("results.json", "results.md", "results.png"):
         shutil.copyfile(OUT / name, kept / name)
     print("\n" + table)
-    print(f"Written: {OUT / 'results.json'}, {OUT / 'results.md'}, {OUT / 'results.png'} (and copies in bench/results/, which is committed) in {results['seconds']} s")
+    print(
+        f"Written: {OUT / 'results.json'}, {OUT / 'results.md'}, {OUT / 'results.png'} (and copies in bench/results/, which is committed) in {results['seconds']} s"
+    )
 
 
 if __name__ == "__main__":

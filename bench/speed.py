@@ -52,7 +52,12 @@ COMMON = {
 }
 #: Item pipelines off: the add-on's switches (it adds its pipelines to ITEM_PIPELINES as a
 #: project's own entries would be added), and no project pipeline either.
-PIPELINES_OFF = {"ITEM_PIPELINES": "{}", "VALIDATION_ENABLED": "False", "REDIS_CACHE_ENABLED": "False", "STORAGE_ENABLED": "False"}
+PIPELINES_OFF = {
+    "ITEM_PIPELINES": "{}",
+    "VALIDATION_ENABLED": "False",
+    "REDIS_CACHE_ENABLED": "False",
+    "STORAGE_ENABLED": "False",
+}
 #: scrapy-redis 0.9.1 with its own scheduler, dupefilter and start-URL feeding; see
 #: bench/scrapy_redis_spider.py for what it needs on Scrapy 2.19.
 SCRAPY_REDIS = {
@@ -79,7 +84,9 @@ def make_site(pages: int) -> Path:
     for i in range(pages):
         links = [(i + 1) % pages] + [rng.randrange(pages) for _ in range(10)]
         body = "".join(f'<a href="p{k}.html">page {k}</a> ' for k in links)
-        (site / f"p{i}.html").write_text(f"<html><head><title>Page {i}</title></head><body><h1>Page {i}</h1><p>{filler}</p>{body}</body></html>")
+        (site / f"p{i}.html").write_text(
+            f"<html><head><title>Page {i}</title></head><body><h1>Page {i}</h1><p>{filler}</p>{body}</body></html>"
+        )
     return site
 
 
@@ -125,7 +132,19 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"],
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
             stdout=subprocess.DEVNULL,
         )
         wait_port("127.0.0.1", self.port)
@@ -165,7 +184,9 @@ def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def start_workers(n: int, name: str, settings: dict[str, str], env: dict[str, str], args: list[str], spider: str = "site") -> list[tuple[subprocess.Popen, Path, Path]]:
+def start_workers(
+    n: int, name: str, settings: dict[str, str], env: dict[str, str], args: list[str], spider: str = "site"
+) -> list[tuple[subprocess.Popen, Path, Path]]:
     """Start ``n`` ``scrapy crawl <spider>`` processes; returns (process, log file, stats file) each."""
     workers = []
     for i in range(n):
@@ -239,7 +260,13 @@ def crawl(
     else:
         parts = urlsplit(redis_url)
         settings.update(SCRAPY_REDIS)
-        settings.update({"REDIS_HOST": parts.hostname or "127.0.0.1", "REDIS_PORT": str(parts.port or 6379), "REDIS_DB": parts.path.strip("/") or "0"})
+        settings.update(
+            {
+                "REDIS_HOST": parts.hostname or "127.0.0.1",
+                "REDIS_PORT": str(parts.port or 6379),
+                "REDIS_DB": parts.path.strip("/") or "0",
+            }
+        )
         if parts.password:
             settings["REDIS_PARAMS"] = json.dumps({"password": parts.password})
     load_before = loadavg()
@@ -295,7 +322,11 @@ def crawl(
         "pages_per_s": round(pages / seconds, 1) if seconds > 0 else None,
         # CPU the workers used between their first and last response, per page (less sensitive
         # than pages/s to other work on the machine; Redis, MySQL and nginx not included).
-        "worker_cpu_ms_per_page": round(sum(s["bench/last_cpu"] - s["bench/first_cpu"] for s in crawled) / pages * 1000, 2) if pages else None,
+        "worker_cpu_ms_per_page": round(
+            sum(s["bench/last_cpu"] - s["bench/first_cpu"] for s in crawled) / pages * 1000, 2
+        )
+        if pages
+        else None,
         "items": sum(s.get("item_scraped_count", 0) for s in stats),
         "stored": sum(s.get("storage/written/pages", 0) for s in stats),
         "duplicates_filtered": sum(s.get("dupefilter/filtered", 0) for s in stats),
@@ -310,7 +341,11 @@ def crawl(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=20000)
-    parser.add_argument("--redis", default=None, help="a Redis database URL to use (its site:* keys are deleted); default: a throwaway redis-server")
+    parser.add_argument(
+        "--redis",
+        default=None,
+        help="a Redis database URL to use (its site:* keys are deleted); default: a throwaway redis-server",
+    )
     args = parser.parse_args()
     site = make_site(args.pages)
     results = {}
@@ -318,8 +353,14 @@ def main() -> None:
         throwaway = None if args.redis else RedisServer()
         redis_url = args.redis or throwaway.url
         try:
-            for name, mode, workers in (("plain Scrapy", "plain", 1), ("frontier, 1 worker", "frontier", 1), ("frontier, 2 workers", "frontier", 2)):
-                results[name] = crawl(name.replace(" ", "").replace(",", "-"), mode, workers, server.url + "p0.html", redis_url=redis_url)
+            for name, mode, workers in (
+                ("plain Scrapy", "plain", 1),
+                ("frontier, 1 worker", "frontier", 1),
+                ("frontier, 2 workers", "frontier", 2),
+            ):
+                results[name] = crawl(
+                    name.replace(" ", "").replace(",", "-"), mode, workers, server.url + "p0.html", redis_url=redis_url
+                )
                 print(name, results[name], flush=True)
         finally:
             if throwaway:

@@ -196,7 +196,13 @@ async def _drive(url: str, items: int, batch_size: int | None, in_flight: int, d
     }
 
 
-def run(url: str = DEFAULT_MYSQL, items: int = 100_000, batch_size: int | None = None, in_flight: int = 2000, keep: bool = False) -> dict[str, Any]:
+def run(
+    url: str = DEFAULT_MYSQL,
+    items: int = 100_000,
+    batch_size: int | None = None,
+    in_flight: int = 2000,
+    keep: bool = False,
+) -> dict[str, Any]:
     """Write ``items`` Page items through the storage pipeline into a fresh bench database.
 
     Returns ``{"items", "seconds", "items_per_s", "row_bytes", "batch_size", "in_flight",

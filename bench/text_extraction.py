@@ -88,26 +88,60 @@ class Site:
 
 SITES = (
     Site("python3.11 docs", "en", "Sphinx", Path("/usr/share/doc/python3.11/html"), "index.html", "python3.11-doc"),
-    Site("developers-reference ru", "ru", "Sphinx", Path("/usr/share/developers-reference/ru"), "index.html", "developers-reference-ru"),
-    Site("developers-reference ja", "ja", "Sphinx", Path("/usr/share/developers-reference/ja"), "index.html", "developers-reference-ja"),
-    Site("aptitude manual ru", "ru", "DocBook", Path("/usr/share/doc/aptitude/html/ru"), "index.html", "aptitude-doc-ru"),
-    Site("aptitude manual ja", "ja", "DocBook", Path("/usr/share/doc/aptitude/html/ja"), "index.html", "aptitude-doc-ja"),
-    Site("debian-reference ja", "ja", "DocBook", Path("/usr/share/debian-reference"), "index.ja.html", "debian-reference-ja"),
-    Site("debian-reference zh-cn", "zh", "DocBook", Path("/usr/share/debian-reference"), "index.zh-cn.html", "debian-reference-zh-cn"),
+    Site(
+        "developers-reference ru",
+        "ru",
+        "Sphinx",
+        Path("/usr/share/developers-reference/ru"),
+        "index.html",
+        "developers-reference-ru",
+    ),
+    Site(
+        "developers-reference ja",
+        "ja",
+        "Sphinx",
+        Path("/usr/share/developers-reference/ja"),
+        "index.html",
+        "developers-reference-ja",
+    ),
+    Site(
+        "aptitude manual ru", "ru", "DocBook", Path("/usr/share/doc/aptitude/html/ru"), "index.html", "aptitude-doc-ru"
+    ),
+    Site(
+        "aptitude manual ja", "ja", "DocBook", Path("/usr/share/doc/aptitude/html/ja"), "index.html", "aptitude-doc-ja"
+    ),
+    Site(
+        "debian-reference ja",
+        "ja",
+        "DocBook",
+        Path("/usr/share/debian-reference"),
+        "index.ja.html",
+        "debian-reference-ja",
+    ),
+    Site(
+        "debian-reference zh-cn",
+        "zh",
+        "DocBook",
+        Path("/usr/share/debian-reference"),
+        "index.zh-cn.html",
+        "debian-reference-zh-cn",
+    ),
 )
 
 # --- the extractor of before (crawler/spiders/site.py until 2026-12), to compare ---------------
 
 _BEFORE_TEXT_XPATH = (
-    "descendant-or-self::text()[not(ancestor::script or ancestor::style or ancestor::noscript"
-    " or ancestor::template)]"
+    "descendant-or-self::text()[not(ancestor::script or ancestor::style or ancestor::noscript or ancestor::template)]"
 )
 
 
 def before(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
     main = response.xpath("//main | //*[@role='main']") or response.xpath("//body") or response
     text = " ".join(" ".join(main[0].xpath(_BEFORE_TEXT_XPATH).getall()).split())
-    headings = [[int(h.root.tag[1]), " ".join(" ".join(h.xpath(".//text()").getall()).split())] for h in response.xpath("//h1 | //h2 | //h3")]
+    headings = [
+        [int(h.root.tag[1]), " ".join(" ".join(h.xpath(".//text()").getall()).split())]
+        for h in response.xpath("//h1 | //h2 | //h3")
+    ]
     return text, headings
 
 
@@ -124,7 +158,9 @@ class BeforeSpider(SiteSpider):
             final_url=response.url,
             status=response.status,
             title=" ".join(response.xpath("//title//text()").getall()).strip() or None,
-            description=response.xpath("//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content").get(),
+            description=response.xpath(
+                "//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content"
+            ).get(),
             language=response.xpath("/html/@lang").get(),
             headings=headings,
             text=text,
@@ -146,10 +182,14 @@ def this_project(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
 def trafilatura_extractor(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
     import trafilatura
 
-    doc = trafilatura.bare_extraction(response.selector.root, url=response.url, include_comments=False, with_metadata=False)
+    doc = trafilatura.bare_extraction(
+        response.selector.root, url=response.url, include_comments=False, with_metadata=False
+    )
     if doc is None:
         return "", []
-    headings = [[int(h.get("rend", "h0")[1:] or 0), " ".join("".join(h.itertext()).split())] for h in doc.body.iter("head")]
+    headings = [
+        [int(h.get("rend", "h0")[1:] or 0), " ".join("".join(h.itertext()).split())] for h in doc.body.iter("head")
+    ]
     return " ".join((doc.text or "").split()), [h for h in headings if h[0] in (1, 2, 3)]
 
 
@@ -168,7 +208,9 @@ def justext_extractor(response: HtmlResponse, language: str) -> tuple[str, list[
     import justext
 
     if language in _JUSTEXT_LANGUAGES:
-        paragraphs = justext.justext(response.body, justext.get_stoplist(_JUSTEXT_LANGUAGES[language]), encoding="utf-8")
+        paragraphs = justext.justext(
+            response.body, justext.get_stoplist(_JUSTEXT_LANGUAGES[language]), encoding="utf-8"
+        )
     else:  # jusText's language-independent mode: no stop list, no stop-word thresholds
         paragraphs = justext.justext(response.body, frozenset(), stopwords_low=0, stopwords_high=0, encoding="utf-8")
     kept = [p for p in paragraphs if not p.is_boilerplate]
@@ -185,7 +227,9 @@ def html_text_extractor(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
 
     region = main_content(response.selector.root)
     text = html_text.extract_text(region, guess_layout=False)
-    headings = [[int(h.tag[1]), html_text.extract_text(h, guess_layout=False)] for h in region.xpath(".//h1 | .//h2 | .//h3")]
+    headings = [
+        [int(h.tag[1]), html_text.extract_text(h, guess_layout=False)] for h in region.xpath(".//h1 | .//h2 | .//h3")
+    ]
     return text, headings
 
 
@@ -288,10 +332,18 @@ def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
     results: dict[str, Any] = {"sites": {}, "extractors": {}}
     totals = {name: Counter() for name in names}
     spider_totals = {label: Counter() for label in ("parse", "spider before", "spider now")}
-    spiders = {"spider before": BeforeSpider(url="http://127.0.0.2/"), "spider now": SiteSpider(url="http://127.0.0.2/")}
+    spiders = {
+        "spider before": BeforeSpider(url="http://127.0.0.2/"),
+        "spider now": SiteSpider(url="http://127.0.0.2/"),
+    }
     for site in sites:
         responses = load(site)
-        site_result: dict[str, Any] = {"language": site.language, "generator": site.generator, "pages": len(responses), "extractors": {}}
+        site_result: dict[str, Any] = {
+            "language": site.language,
+            "generator": site.generator,
+            "pages": len(responses),
+            "extractors": {},
+        }
         per_site = {name: Counter() for name in names}
         site_spider = {label: 0.0 for label in spider_totals}
         for response in responses:
@@ -303,7 +355,9 @@ def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
             for name in names:
                 out: list[Any] = []
                 m = per_site[name]
-                m["ms"] += cpu_ms(lambda r=response, o=out, x=EXTRACTORS[name], lang=site.language: o.append(x(r, lang)), repeat)
+                m["ms"] += cpu_ms(
+                    lambda r=response, o=out, x=EXTRACTORS[name], lang=site.language: o.append(x(r, lang)), repeat
+                )
                 text, headings = out[-1]
                 m["pilcrow_pages"] += "¶" in text or any("¶" in h[1] for h in headings)
                 squashed = [_squash(h[1]) for h in headings]
@@ -336,7 +390,9 @@ def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
 
 def _fresh(response: HtmlResponse) -> HtmlResponse:
     """A response as the spider gets it: not parsed yet (the callback parses it)."""
-    return HtmlResponse(response.url, body=response.body, encoding="utf-8", request=Request(response.url, meta={"depth": 1}))
+    return HtmlResponse(
+        response.url, body=response.body, encoding="utf-8", request=Request(response.url, meta={"depth": 1})
+    )
 
 
 def _summary(m: Counter) -> dict[str, Any]:
@@ -371,7 +427,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each page; the least CPU time counts")
     parser.add_argument("--only", nargs="+", choices=list(EXTRACTORS), default=list(EXTRACTORS))
-    parser.add_argument("--sites", nargs="+", choices=[site.name for site in SITES], default=[site.name for site in SITES])
+    parser.add_argument(
+        "--sites", nargs="+", choices=[site.name for site in SITES], default=[site.name for site in SITES]
+    )
     parser.add_argument("--json", type=Path, default=OUT / "text_extraction.json")
     args = parser.parse_args()
     sites = []
@@ -379,15 +437,22 @@ def main() -> None:
         if (site.root / site.start).is_file():
             sites.append(site)
         else:
-            print(f"skipped {site.name}: {site.root / site.start} is missing (apt-get install {site.package})", file=sys.stderr)
+            print(
+                f"skipped {site.name}: {site.root / site.start} is missing (apt-get install {site.package})",
+                file=sys.stderr,
+            )
     results = measure(sites, args.only, args.repeat)
     pages = sum(s["pages"] for s in results["sites"].values())
-    print(f"All {len(sites)} sites, {pages} pages (parse: {results['parse ms/page']:.2f} ms/page; the spider's whole callback:"
-          f" {results['spider before ms/page']:.2f} ms/page before, {results['spider now ms/page']:.2f} now)\n")
+    print(
+        f"All {len(sites)} sites, {pages} pages (parse: {results['parse ms/page']:.2f} ms/page; the spider's whole callback:"
+        f" {results['spider before ms/page']:.2f} ms/page before, {results['spider now ms/page']:.2f} now)\n"
+    )
     print(table(results["extractors"]))
     for name, site in results["sites"].items():
-        print(f"\n{name} ({site['generator']}, {site['language']}, {site['pages']} pages; spider"
-              f" {site['spider before ms/page']:.2f} ms/page before, {site['spider now ms/page']:.2f} now)\n")
+        print(
+            f"\n{name} ({site['generator']}, {site['language']}, {site['pages']} pages; spider"
+            f" {site['spider before ms/page']:.2f} ms/page before, {site['spider now ms/page']:.2f} now)\n"
+        )
         print(table(site["extractors"]))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")

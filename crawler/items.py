@@ -58,10 +58,14 @@ class Module:
     unique_key: ClassVar[str] = "name"
 
     #: Dotted module name, e.g. ``os.path``.
-    name: str = field(metadata={"type": str, "required": True, "max_length": 255, "ascii": True, "on_too_long": "reject"})
+    name: str = field(
+        metadata={"type": str, "required": True, "max_length": 255, "ascii": True, "on_too_long": "reject"}
+    )
     #: Absolute URL of the module's documentation (with its ``#module-...`` anchor); ``None`` for
     #: a package listed without a page of its own (``concurrent``, ``xmlrpc``).
-    url: str | None = field(default=None, metadata={"type": str, "max_length": 2048, "ascii": True, "on_too_long": "reject"})
+    url: str | None = field(
+        default=None, metadata={"type": str, "max_length": 2048, "ascii": True, "on_too_long": "reject"}
+    )
     #: The one-line synopsis, whitespace collapsed; ``None`` when the index gives none.
     synopsis: str | None = field(default=None, metadata={"type": str, "max_length": 1024})
     #: The index marks the module "Deprecated".

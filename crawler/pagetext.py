@@ -68,7 +68,9 @@ def _left_out(element: HtmlElement, tag: str) -> bool:
         if classes and "headerlink" in classes.split():
             return True
         href = element.get("href")
-        return bool(href and href.startswith("#") and len(element) == 0 and (element.text or "").strip() in PERMALINK_SIGNS)
+        return bool(
+            href and href.startswith("#") and len(element) == 0 and (element.text or "").strip() in PERMALINK_SIGNS
+        )
     if tag == "div":
         classes = element.get("class")
         if classes and classes in NAVIGATION_CLASSES:

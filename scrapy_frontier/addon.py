@@ -52,10 +52,25 @@ LOG_FORMATTER = "scrapy_frontier.observability.logformatter.LogFormatter"
 
 #: ``(setting, built-in it replaces or None, component, priority when the built-in is absent)``.
 COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
-    ("DOWNLOADER_MIDDLEWARES", RobotsTxtMiddleware, "scrapy_frontier.downloadermiddlewares.robotstxt.SharedRobotsTxtMiddleware", 100),
-    ("DOWNLOADER_MIDDLEWARES", RetryMiddleware, "scrapy_frontier.downloadermiddlewares.retry.BackoffRetryMiddleware", 550),
+    (
+        "DOWNLOADER_MIDDLEWARES",
+        RobotsTxtMiddleware,
+        "scrapy_frontier.downloadermiddlewares.robotstxt.SharedRobotsTxtMiddleware",
+        100,
+    ),
+    (
+        "DOWNLOADER_MIDDLEWARES",
+        RetryMiddleware,
+        "scrapy_frontier.downloadermiddlewares.retry.BackoffRetryMiddleware",
+        550,
+    ),
     # Last before the download: waits for the host's shared send time (distributed mode only).
-    ("DOWNLOADER_MIDDLEWARES", None, "scrapy_frontier.downloadermiddlewares.politeness.SharedPolitenessMiddleware", 960),
+    (
+        "DOWNLOADER_MIDDLEWARES",
+        None,
+        "scrapy_frontier.downloadermiddlewares.politeness.SharedPolitenessMiddleware",
+        960,
+    ),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.validation.ValidationPipeline", 100),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.cache.RedisCachePipeline", 200),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.storage.StoragePipeline", 300),
@@ -123,7 +138,12 @@ class DistributedAddon:
         for name, ours in (("SCHEDULER", SCHEDULER), ("DUPEFILTER_CLASS", DUPEFILTER)):
             current = settings.get(name)
             if isinstance(current, str) and current.startswith(_SCRAPY_REDIS):
-                logger.info("scrapy-frontier: %s %s replaced by %s (the frontier takes over the crawl's Redis keys)", name, current, ours)
+                logger.info(
+                    "scrapy-frontier: %s %s replaced by %s (the frontier takes over the crawl's Redis keys)",
+                    name,
+                    current,
+                    ours,
+                )
                 settings.set(name, ours, settings.getpriority(name) or "addon")
             else:
                 settings.set(name, ours, "addon")

@@ -26,6 +26,7 @@ _failed: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 #: ``scrapy crawl`` then exits with status 2.
 CONFIG_ERROR = "config_error"
 
+
 def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
     """Log ``msg`` once (no traceback) and close the spider as soon as it is open.
 
@@ -69,7 +70,15 @@ def setting_or_env(settings: BaseSettings, name: str) -> Any:
     return settings.get(name, SETTINGS.get(name))
 
 
-def read_value(settings: BaseSettings, name: str, kind: type, *, minimum: float | None = None, above: float | None = None, default: Any = None) -> Any:
+def read_value(
+    settings: BaseSettings,
+    name: str,
+    kind: type,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    default: Any = None,
+) -> Any:
     """Setting ``name`` as ``kind`` (``bool``, ``int``, ``float`` or ``str``), read as Scrapy's
     typed getters read it (``getbool`` takes ``True``/``False``, ``1``/``0``, ``"true"``/``"false"``);
     from the environment too for the names in :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`;
@@ -96,7 +105,15 @@ def read_value(settings: BaseSettings, name: str, kind: type, *, minimum: float 
     return value
 
 
-def read_setting(crawler: Crawler, name: str, kind: type, default: Any = None, *, minimum: float | None = None, above: float | None = None) -> Any:
+def read_setting(
+    crawler: Crawler,
+    name: str,
+    kind: type,
+    default: Any = None,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+) -> Any:
     """:func:`read_value` for a component of ``crawler``: a value that does not parse or is out of
     range is reported once with :func:`fail_at_open` (the crawl then stops with
     ``config_error``) and the default is used meanwhile. ``default`` overrides the one in

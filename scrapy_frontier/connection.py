@@ -110,14 +110,18 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     parts = urlsplit(url)
     db = parts.path.strip("/")
     if parts.scheme not in ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel"):
-        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, redis+sentinel or rediss+sentinel")
+        raise ConfigError(
+            f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, redis+sentinel or rediss+sentinel"
+        )
     if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
         # redis-py would silently fall back to database 0, another crawl's perhaps.
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: the database {db!r} is not a number")
     try:
         extra = settings.getdict("REDIS_PARAMS")
     except (TypeError, ValueError):
-        raise ConfigError(f"REDIS_PARAMS={settings.get('REDIS_PARAMS')!r:.100} is not a dict of redis.Redis arguments") from None
+        raise ConfigError(
+            f"REDIS_PARAMS={settings.get('REDIS_PARAMS')!r:.100} is not a dict of redis.Redis arguments"
+        ) from None
     params = {**REDIS_PARAMS, **extra}
     params.pop("decode_responses", None)
     params.pop("url", None)
@@ -136,7 +140,9 @@ def _declared_cluster(settings: BaseSettings, url: str) -> bool | None:
     try:
         return settings.getbool("REDIS_CLUSTER")
     except ValueError:
-        raise ConfigError(f"REDIS_CLUSTER={declared!r:.50} is not a boolean (True, False or unset to detect it)") from None
+        raise ConfigError(
+            f"REDIS_CLUSTER={declared!r:.50} is not a boolean (True, False or unset to detect it)"
+        ) from None
 
 
 def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
@@ -153,12 +159,16 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any
         try:
             sentinels.append((host, int(port or 26379)))
         except ValueError:
-            raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: sentinel {item!r} has no valid port") from None
+            raise ConfigError(
+                f"REDIS_URL {redact_url(url)} is malformed: sentinel {item!r} has no valid port"
+            ) from None
         if not host:
             raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: a sentinel without a host")
     path = [p for p in parts.path.split("/") if p]
     if not path:
-        raise ConfigError(f"REDIS_URL {redact_url(url)} names no master: redis+sentinel://host:port[,host:port]/<master name>[/<db>]")
+        raise ConfigError(
+            f"REDIS_URL {redact_url(url)} names no master: redis+sentinel://host:port[,host:port]/<master name>[/<db>]"
+        )
     kwargs: dict[str, Any] = {}
     if len(path) > 1:
         if not path[1].isdigit():
@@ -200,7 +210,9 @@ def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
     except redis.exceptions.RedisClusterException as exc:
-        raise ConfigError(f"REDIS_URL {redact_url(url)} cannot be used as a Redis Cluster (REDIS_CLUSTER): {describe_error(exc)}") from None
+        raise ConfigError(
+            f"REDIS_URL {redact_url(url)} cannot be used as a Redis Cluster (REDIS_CLUSTER): {describe_error(exc)}"
+        ) from None
 
 
 def _probe_cluster(url: str, client: redis.Redis) -> bool:
@@ -242,7 +254,11 @@ async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
     same settings in this process are cluster clients too."""
     client = shared_redis(crawler)
     url = setting_or_env(crawler.settings, "REDIS_URL")
-    if is_cluster(client) or _declared_cluster(crawler.settings, url) is not None or url.startswith(("redis+sentinel", "rediss+sentinel")):
+    if (
+        is_cluster(client)
+        or _declared_cluster(crawler.settings, url) is not None
+        or url.startswith(("redis+sentinel", "rediss+sentinel"))
+    ):
         return client
     try:
         info = await client.info("cluster")

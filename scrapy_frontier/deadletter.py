@@ -46,7 +46,13 @@ class DeadLetters:
                 await self.redis.lpush(key, *lines)
                 return
             except Exception as exc:  # keep it on disk rather than lose it
-                logger.error("Could not push %s to Redis list %s (%s); writing them to %s.jl", plural(len(lines), "record"), key, exc, key)
+                logger.error(
+                    "Could not push %s to Redis list %s (%s); writing them to %s.jl",
+                    plural(len(lines), "record"),
+                    key,
+                    exc,
+                    key,
+                )
         await run_in_thread(self._append, key, lines)
 
     def _append(self, key: str, lines: list[str]) -> None:

@@ -85,7 +85,9 @@ class DedupConfig:
         if self.mode not in MODES:
             raise ValueError(f"DUPEFILTER_MODE={self.mode!r}: must be one of {', '.join(MODES)}")
         if self.recrawl_age and self.mode == "bloom":
-            raise ValueError("DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact: a Bloom filter does not remember when it saw a URL")
+            raise ValueError(
+                "DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact: a Bloom filter does not remember when it saw a URL"
+            )
         if not 1 <= self.buckets <= 2**32:
             raise ValueError(f"DUPEFILTER_CAPACITY={self.buckets * BUCKET_FINGERPRINTS!r}: must be between 1 and 2**40")
         if not 0 <= self.recrawl_age < 10**12:  # also refuses inf and nan
@@ -142,13 +144,17 @@ class DedupConfig:
             if not math.isfinite(capacity):
                 raise ValueError
         except ValueError:
-            raise ValueError(f"Setting DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r} is not a valid int") from None
+            raise ValueError(
+                f"Setting DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r} is not a valid int"
+            ) from None
         try:
             exact_capacity = read_value(settings, "DUPEFILTER_CAPACITY", float)
             if not math.isfinite(exact_capacity) or not 1 <= exact_capacity <= 2**40:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"Setting DUPEFILTER_CAPACITY={settings.get('DUPEFILTER_CAPACITY')!r} is not an int between 1 and 2**40") from None
+            raise ValueError(
+                f"Setting DUPEFILTER_CAPACITY={settings.get('DUPEFILTER_CAPACITY')!r} is not an int between 1 and 2**40"
+            ) from None
         return cls(
             mode=read_value(settings, "DUPEFILTER_MODE", str).lower(),
             recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE", float),
@@ -297,7 +303,10 @@ class Dupefilter:
         sh = self.keys.shard(shard)
         config = self.config.per_shard(max(1, self.keys.shards))
         fingerprints = self._members(fingerprints)
-        return self._dedup(keys=[sh.dupefilter, sh.forgotten, sh.bloom], args=[*config.lua_args(now), sh.bloom_bits_prefix, *fingerprints])
+        return self._dedup(
+            keys=[sh.dupefilter, sh.forgotten, sh.bloom],
+            args=[*config.lua_args(now), sh.bloom_bits_prefix, *fingerprints],
+        )
 
     def _members(self, fingerprints: Sequence[str]) -> Sequence[str]:
         if self.config.layout != "packed":

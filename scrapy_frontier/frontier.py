@@ -129,14 +129,27 @@ def _restore_calls(keys: Keys, nodes: Sequence[str], as_set: bool) -> list[tuple
     calls = []
     for sh in keys.all_shards():
         start = keys.start_urls if not keys.shards else sh.queue
-        calls.append(([sh.queue, start, *(sh.leases(n) for n in nodes)], [sh.queue_prefix, sh.politeness_prefix, _flag(as_set), START_LEASE_PREFIX]))
+        calls.append(
+            (
+                [sh.queue, start, *(sh.leases(n) for n in nodes)],
+                [sh.queue_prefix, sh.politeness_prefix, _flag(as_set), START_LEASE_PREFIX],
+            )
+        )
     if keys.shards:
-        calls.append(([keys.start_urls, keys.start_urls, *(keys.start_leases(n) for n in nodes)], ["", "", _flag(as_set), START_LEASE_PREFIX]))
+        calls.append(
+            (
+                [keys.start_urls, keys.start_urls, *(keys.start_leases(n) for n in nodes)],
+                ["", "", _flag(as_set), START_LEASE_PREFIX],
+            )
+        )
     return calls
 
 
 def _status_calls(keys: Keys, nodes: Sequence[bytes | str], deep: bool) -> list[tuple[list[str], list[Any]]]:
-    return [([sh.queue, sh.dupefilter, sh.bloom], [sh.queue_prefix, sh.lease_prefix, _flag(deep), *nodes]) for sh in keys.all_shards()]
+    return [
+        ([sh.queue, sh.dupefilter, sh.bloom], [sh.queue_prefix, sh.lease_prefix, _flag(deep), *nodes])
+        for sh in keys.all_shards()
+    ]
 
 
 def _crawl_counts(pipe: Any, keys: Keys, as_set: bool, nodes: Sequence[bytes | str]) -> None:
@@ -170,7 +183,9 @@ def read_status(client: sync_redis.Redis, keys: Keys, *, deep: bool = True, star
     return _make_status(nodes, counts, crawl)
 
 
-def reclaim_dead(client: sync_redis.Redis, keys: Keys, timeout_ms: int, *, start_urls_as_set: bool = False) -> tuple[int, int]:
+def reclaim_dead(
+    client: sync_redis.Redis, keys: Keys, timeout_ms: int, *, start_urls_as_set: bool = False
+) -> tuple[int, int]:
     """With a blocking client (the heartbeat thread, :mod:`scrapy_frontier.nodes`): return to the
     frontier the leases of every node whose last heartbeat is older than ``timeout_ms`` (at the
     Redis server's time), and the pending items it was replaying to the pending list, then drop
@@ -184,7 +199,9 @@ def reclaim_dead(client: sync_redis.Redis, keys: Keys, timeout_ms: int, *, start
     restored = sum(int(restore(keys=k, args=a)) for k, a in _restore_calls(keys, dead, start_urls_as_set))
     for node in dead:
         restored += _unreplay(client, keys, node)
-    dropped = [n.decode() for n in client.register_script(source("nodes_forget"))(keys=[keys.nodes], args=[timeout_ms, *dead])]
+    dropped = [
+        n.decode() for n in client.register_script(source("nodes_forget"))(keys=[keys.nodes], args=[timeout_ms, *dead])
+    ]
     if dropped:
         client.delete(*(keys.node_info(n) for n in dropped))
     return restored, len(dropped)
@@ -366,11 +383,25 @@ class Frontier:
 
     # -- push and acknowledge ---------------------------------------------------------------
 
-    async def _push_call(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], duplicates: list[Any] | None = None) -> int:
+    async def _push_call(
+        self,
+        sh: Shard,
+        entries: Sequence[Entry],
+        acks: Sequence[bytes | str],
+        failed: Sequence[str],
+        duplicates: list[Any] | None = None,
+    ) -> int:
         keys, args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)
         return _push_reply(await self._push(keys=keys, args=args), full, duplicates)
 
-    def _push_args(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes | str], failed: Sequence[str], report: bool = False) -> tuple[list[str], list[Any], dict[int, str] | None]:
+    def _push_args(
+        self,
+        sh: Shard,
+        entries: Sequence[Entry],
+        acks: Sequence[bytes | str],
+        failed: Sequence[str],
+        report: bool = False,
+    ) -> tuple[list[str], list[Any], dict[int, str] | None]:
         """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
         the entries grouped by host and priority, each payload in its compact form
         (:func:`compact_payload`), the acknowledgements by host. ``report`` asks for the
@@ -411,9 +442,33 @@ class Frontier:
             args += (host, len(fields), *fields)
         args += failed
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
-        args += (sh.politeness_prefix, sh.bloom_bits_prefix, mode, age, capacity, error_rate, self.concurrency_cap, 1 if report else 0, self.node_id, self.seen_feed)
+        args += (
+            sh.politeness_prefix,
+            sh.bloom_bits_prefix,
+            mode,
+            age,
+            capacity,
+            error_rate,
+            self.concurrency_cap,
+            1 if report else 0,
+            self.node_id,
+            self.seen_feed,
+        )
         failed_key = self.keys.failed if not self.keys.shards else sh.queue
-        return [sh.dupefilter, sh.queue, sh.leases(self.node_id), failed_key, sh.forgotten, sh.bloom, sh.seen_feed, *self._nodes_key], args, full
+        return (
+            [
+                sh.dupefilter,
+                sh.queue,
+                sh.leases(self.node_id),
+                failed_key,
+                sh.forgotten,
+                sh.bloom,
+                sh.seen_feed,
+                *self._nodes_key,
+            ],
+            args,
+            full,
+        )
 
     async def _replicated(self, pipe_fill: Any, node_key: str) -> list[Any]:
         """Run ``pipe_fill(pipe)``'s commands and then ``WAIT wait_replicas`` on one connection
@@ -425,7 +480,12 @@ class Frontier:
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe_fill(pipe)
                 if is_cluster(self.redis):
-                    pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms, target_nodes=self.redis.get_node_from_key(node_key))
+                    pipe.execute_command(
+                        "WAIT",
+                        self.wait_replicas,
+                        self.wait_timeout_ms,
+                        target_nodes=self.redis.get_node_from_key(node_key),
+                    )
                 else:
                     pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
                 try:
@@ -440,13 +500,23 @@ class Frontier:
             return replies
         raise AssertionError("unreachable")
 
-    async def _push_replicated(self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes], duplicates: list[Any] | None = None) -> int:
+    async def _push_replicated(
+        self, sh: Shard, entries: Sequence[Entry], acks: Sequence[bytes], duplicates: list[Any] | None = None
+    ) -> int:
         keys, args, full = self._push_args(sh, entries, acks, [], duplicates is not None)
         # execute_command: redis-py's cluster pipeline refuses its evalsha() method, not the command
-        (reply,) = await self._replicated(lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue)
+        (reply,) = await self._replicated(
+            lambda pipe: pipe.execute_command("EVALSHA", self._push.sha, len(keys), *keys, *args), sh.queue
+        )
         return _push_reply(reply, full, duplicates)
 
-    async def push(self, entries: Sequence[Entry], acks: Sequence[Lease | bytes | str] = (), failed: Sequence[str] = (), duplicates: list[Any] | None = None) -> int:
+    async def push(
+        self,
+        entries: Sequence[Entry],
+        acks: Sequence[Lease | bytes | str] = (),
+        failed: Sequence[str] = (),
+        duplicates: list[Any] | None = None,
+    ) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
         ``acks`` and push dead letters ``failed``: a lease is never released before the requests
         it produced are queued and its dead letter kept. Within one shard this is one atomic
@@ -554,7 +624,17 @@ class Frontier:
         self._calls += 1
         call = b"%x." % self._calls
         keys = [sh.queue, sh.leases(self.node_id), sh.rates, sh.seen_feed, *self._nodes_key]
-        args = [sh.queue_prefix, n, self.default_rate, self.concurrency_cap, sh.politeness_prefix, self._feed_last[i], self.node_id, FEED_READ, call]
+        args = [
+            sh.queue_prefix,
+            n,
+            self.default_rate,
+            self.concurrency_cap,
+            sh.politeness_prefix,
+            self._feed_last[i],
+            self.node_id,
+            FEED_READ,
+            call,
+        ]
         return keys, args, call
 
     def _lease_reply(self, i: int, call: bytes, reply: list[Any]) -> tuple[int, list[Lease]]:
@@ -584,7 +664,14 @@ class Frontier:
         frontier (one script call each) on a Redis that is not a cluster."""
         return len(self.shards) == 1 and not self.keys.shards and not is_cluster(self.redis)
 
-    async def push_lease(self, entries: Sequence[Entry], acks: Sequence[Lease | bytes | str], failed: Sequence[str], duplicates: list[Any] | None, n: int) -> tuple[int | Exception, list[Lease] | Exception]:
+    async def push_lease(
+        self,
+        entries: Sequence[Entry],
+        acks: Sequence[Lease | bytes | str],
+        failed: Sequence[str],
+        duplicates: list[Any] | None,
+        n: int,
+    ) -> tuple[int | Exception, list[Lease] | Exception]:
         """:meth:`push` and then :meth:`lease` ``(n)`` in one round trip (:attr:`one_call`
         only): the two script calls sent together, the push first, so that Redis runs them in
         that order and the lease can take what the push queued. A round trip costs Redis far
@@ -632,9 +719,19 @@ class Frontier:
         for i, fields in groups.items():
             sh = self.shards[i]
             start = self.keys.start_urls if not self.keys.shards else sh.queue
-            calls.append(self._unlease(keys=[sh.queue, sh.leases(self.node_id), start], args=[sh.queue_prefix, sh.politeness_prefix, START_LEASE_PREFIX, self._as_set, *fields]))
+            calls.append(
+                self._unlease(
+                    keys=[sh.queue, sh.leases(self.node_id), start],
+                    args=[sh.queue_prefix, sh.politeness_prefix, START_LEASE_PREFIX, self._as_set, *fields],
+                )
+            )
         if starts:
-            calls.append(self._unlease(keys=[self.keys.start_urls, self.start_lease_key, self.keys.start_urls], args=["", "", START_LEASE_PREFIX, self._as_set, *starts]))
+            calls.append(
+                self._unlease(
+                    keys=[self.keys.start_urls, self.start_lease_key, self.keys.start_urls],
+                    args=["", "", START_LEASE_PREFIX, self._as_set, *starts],
+                )
+            )
         return sum(int(n) for n in await asyncio.gather(*calls))
 
     async def lease_fields(self) -> set[bytes]:
@@ -661,12 +758,16 @@ class Frontier:
     async def take_start_urls(self, n: int) -> list[bytes]:
         """Take up to ``n`` raw start-URL payloads (oldest first), moving them under this node's lease.
         Acknowledge each with ``START_PREFIX + raw`` once its request is queued or refused."""
-        return await self._take_start(keys=[self.keys.start_urls, self.start_lease_key], args=[n, self._as_set, START_LEASE_PREFIX])
+        return await self._take_start(
+            keys=[self.keys.start_urls, self.start_lease_key], args=[n, self._as_set, START_LEASE_PREFIX]
+        )
 
     async def release(self) -> int:
         """Return every lease of this node to the frontier, and the pending items it was
         replaying to the pending list (used when the node stops). Returns the count."""
-        calls = [self._restore(keys=k, args=a) for k, a in _restore_calls(self.keys, [self.node_id], self.start_urls_as_set)]
+        calls = [
+            self._restore(keys=k, args=a) for k, a in _restore_calls(self.keys, [self.node_id], self.start_urls_as_set)
+        ]
         restored = sum(int(n) for n in await asyncio.gather(*calls))
         while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
             restored += 1
@@ -686,7 +787,10 @@ class Frontier:
         async with self.redis.pipeline(transaction=False) as pipe:
             _crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)
             crawl_reads = pipe.execute()
-            counts, crawl = await asyncio.gather(asyncio.gather(*(self._status(keys=k, args=a) for k, a in _status_calls(self.keys, nodes, deep))), crawl_reads)
+            counts, crawl = await asyncio.gather(
+                asyncio.gather(*(self._status(keys=k, args=a) for k, a in _status_calls(self.keys, nodes, deep))),
+                crawl_reads,
+            )
         return _make_status(nodes, counts, crawl)
 
     async def clear(self) -> None:
@@ -714,7 +818,12 @@ class Frontier:
         common = os.path.commonprefix(list(prefixes))
         matches = [common] if common else list(prefixes)
         wanted = tuple(p.encode() for p in prefixes)
-        return [key for m in matches async for key in self.redis.scan_iter(match=_glob(m) + "*", count=1000) if key.startswith(wanted)]
+        return [
+            key
+            for m in matches
+            async for key in self.redis.scan_iter(match=_glob(m) + "*", count=1000)
+            if key.startswith(wanted)
+        ]
 
 
 def _field(lease: Lease | bytes | str) -> bytes:

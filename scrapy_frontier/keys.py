@@ -190,10 +190,14 @@ class Keys:
     def shard(self, i: int) -> Shard:
         """The keys of shard ``i`` (0 <= i < max(1, shards)), made once per shard."""
         if not self.shards:
-            return Shard(0, self.queue, self.dupefilter, f"{self.crawl}:leases:", f"{self.crawl}:politeness:", self.rates)
+            return Shard(
+                0, self.queue, self.dupefilter, f"{self.crawl}:leases:", f"{self.crawl}:politeness:", self.rates
+            )
         tag = f"{{{self.crawl}/{i}}}"
         base = f"{self.crawl}:{tag}"
-        return Shard(i, f"{base}:requests", f"{base}:dupefilter", f"{base}:leases:", f"{base}:politeness:", f"{base}:rates")
+        return Shard(
+            i, f"{base}:requests", f"{base}:dupefilter", f"{base}:leases:", f"{base}:politeness:", f"{base}:rates"
+        )
 
     def all_shards(self) -> list[Shard]:
         return [self.shard(i) for i in range(max(1, self.shards))]

@@ -142,7 +142,9 @@ class Heartbeat:
     def reclaim(self) -> tuple[int, int]:
         """Return the leases of every node silent for ``timeout`` seconds to the frontier and
         drop those nodes from the registry. Returns (leases, nodes)."""
-        restored, nodes = reclaim_dead(self.client, self.keys, int(self.timeout * 1000), start_urls_as_set=self.start_urls_as_set)
+        restored, nodes = reclaim_dead(
+            self.client, self.keys, int(self.timeout * 1000), start_urls_as_set=self.start_urls_as_set
+        )
         if restored or nodes:
             self._on_reclaimed(restored, nodes)
         return restored, nodes

@@ -35,11 +35,19 @@ if TYPE_CHECKING:
     from scrapy_frontier.keys import Keys
 
 
-
 class Politeness:
     """One crawl's shared politeness state, seen from one worker (needs only a redis.asyncio client)."""
 
-    def __init__(self, redis: Redis, keys: Keys, *, default_rate: float = 0.0, min_factor: float = 0.05, recovery_step: float = 0.1, base_rate: float = 10.0) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: Keys,
+        *,
+        default_rate: float = 0.0,
+        min_factor: float = 0.05,
+        recovery_step: float = 0.1,
+        base_rate: float = 10.0,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.default_rate = default_rate
@@ -55,7 +63,9 @@ class Politeness:
 
     async def reserve(self, host: str) -> float:
         """Book the next send to ``host``; returns the seconds to wait before sending."""
-        wait_ms = await self._reserve(keys=[self._state(host), self.keys.shard_of(host).rates], args=[host, self.default_rate])
+        wait_ms = await self._reserve(
+            keys=[self._state(host), self.keys.shard_of(host).rates], args=[host, self.default_rate]
+        )
         return int(wait_ms) / 1000
 
     async def slow_down(self, host: str, pause: float | None = None) -> float:
@@ -64,13 +74,24 @@ class Politeness:
         sh = self.keys.shard_of(host)
         factor = await self._slow_down(
             keys=[self._state(host), sh.rates, sh.limited],
-            args=[host, self.default_rate, self.min_factor, int((pause or 0) * 1000), self.base_rate, self.keys.politeness_events],
+            args=[
+                host,
+                self.default_rate,
+                self.min_factor,
+                int((pause or 0) * 1000),
+                self.base_rate,
+                self.keys.politeness_events,
+            ],
         )
         return float(factor)
 
     async def recover(self, host: str) -> float:
         """Raise ``host``'s factor by ``recovery_step`` (up to 1). Returns the new factor."""
-        return float(await self._recover(keys=[self._state(host), self.keys.shard_of(host).limited], args=[self.recovery_step, host]))
+        return float(
+            await self._recover(
+                keys=[self._state(host), self.keys.shard_of(host).limited], args=[self.recovery_step, host]
+            )
+        )
 
     async def set_robots_delay(self, host: str, delay: float) -> None:
         """Record ``host``'s robots.txt Crawl-delay (seconds) for every worker, and book a send

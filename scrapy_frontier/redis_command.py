@@ -101,7 +101,9 @@ class RedisCommand(ScrapyCommand):
         if args[0] in loader.list():
             spidercls = loader.load(args[0])
         elif self.needs_spider:
-            return self._fail(f"this project has no spider {args[0]!r} (its spiders: {', '.join(sorted(loader.list())) or 'none'})")
+            return self._fail(
+                f"this project has no spider {args[0]!r} (its spiders: {', '.join(sorted(loader.list())) or 'none'})"
+            )
         else:
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
         try:
@@ -110,7 +112,9 @@ class RedisCommand(ScrapyCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
+            return self._fail(
+                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
+            )
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)
             keys = keys.with_shards(recorded_shards(client, keys))

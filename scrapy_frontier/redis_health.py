@@ -94,7 +94,13 @@ class Memory:
 
     @classmethod
     def from_info(cls, info: dict[str, Any], node: str = "") -> Memory:
-        return cls(int(info.get("used_memory", 0)), int(info.get("maxmemory", 0)), str(info.get("maxmemory_policy", "?")), int(info.get("mem_not_counted_for_evict", 0)), node)
+        return cls(
+            int(info.get("used_memory", 0)),
+            int(info.get("maxmemory", 0)),
+            str(info.get("maxmemory_policy", "?")),
+            int(info.get("mem_not_counted_for_evict", 0)),
+            node,
+        )
 
     @property
     def fits(self) -> bool:
@@ -213,7 +219,9 @@ class RedisHealth:
                 with self._lock:
                     if self.state != OUT_OF_MEMORY or self._episode != episode:
                         return
-                    if (memory is not None and not memory.fits) or time.monotonic() - self._last_refused < QUIET_SECONDS:
+                    if (
+                        memory is not None and not memory.fits
+                    ) or time.monotonic() - self._last_refused < QUIET_SECONDS:
                         continue
                     self.state = None
                     lasted = time.monotonic() - self._since

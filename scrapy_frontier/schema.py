@@ -205,21 +205,37 @@ def _read_schema(cls: type) -> Schema:
             raise SchemaError(cls, name, f"'on_too_long' must be 'truncate' or 'reject', not {on_too_long!r}")
         max_length = meta.get("max_length")
         if max_length is not None and (ftype is not str or type(max_length) is not int or max_length < 1):
-            raise SchemaError(cls, name, f"'max_length' must be a positive int on a str field, not {max_length!r} on {_type_name(ftype)}")
+            raise SchemaError(
+                cls,
+                name,
+                f"'max_length' must be a positive int on a str field, not {max_length!r} on {_type_name(ftype)}",
+            )
         if ftype is str and max_length is None:
             max_length = MEDIUMTEXT_CHARS
-        specs.append(FieldSpec(name, ftype, bool(meta.get("required")), max_length, on_too_long, bool(meta.get("ascii"))))
+        specs.append(
+            FieldSpec(name, ftype, bool(meta.get("required")), max_length, on_too_long, bool(meta.get("ascii")))
+        )
     unique_key = getattr(cls, "unique_key", None)
     key = next((s for s in specs if s.name == unique_key), None)
     if key is None:
-        raise SchemaError(cls, "unique_key", f"{unique_key!r} is not one of its fields ({', '.join(s.name for s in specs) or 'none'})")
+        raise SchemaError(
+            cls, "unique_key", f"{unique_key!r} is not one of its fields ({', '.join(s.name for s in specs) or 'none'})"
+        )
     if not key.required:
-        raise SchemaError(cls, key.name, "the unique_key field must be required=True (rows without it could not be upserted)")
+        raise SchemaError(
+            cls, key.name, "the unique_key field must be required=True (rows without it could not be upserted)"
+        )
     if key.type in (list, dict):
-        raise SchemaError(cls, key.name, f"the unique_key field cannot be a {_type_name(key.type)} (a JSON text column has no unique index)")
+        raise SchemaError(
+            cls,
+            key.name,
+            f"the unique_key field cannot be a {_type_name(key.type)} (a JSON text column has no unique index)",
+        )
     if key.type is str and key.max_length is not None and key.max_length * (1 if key.ascii else 4) > INDEX_MAX_BYTES:
         raise SchemaError(
-            cls, key.name, f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) to fit InnoDB's {INDEX_MAX_BYTES}-byte index"
+            cls,
+            key.name,
+            f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) to fit InnoDB's {INDEX_MAX_BYTES}-byte index",
         )
     return Schema(table, key.name, tuple(specs))
 
@@ -246,7 +262,11 @@ def validate(item: Any) -> list[str]:
                 try:
                     canonical_json(value)
                 except (TypeError, ValueError):
-                    raise ValidationError(str(name), "not_json", f"holds a {type(value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)") from None
+                    raise ValidationError(
+                        str(name),
+                        "not_json",
+                        f"holds a {type(value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)",
+                    ) from None
             raise ValidationError("", "not_json", "the item is not JSON-serializable") from None
         return []
     values = item_values(item)
@@ -272,16 +292,24 @@ def validate(item: Any) -> list[str]:
                 try:
                     value.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise ValidationError(spec.name, "not_utf8", "text holds a lone surrogate, which no UTF-8 column can store") from None
+                    raise ValidationError(
+                        spec.name, "not_utf8", "text holds a lone surrogate, which no UTF-8 column can store"
+                    ) from None
             if spec.ascii and not value.isascii():
                 raise ValidationError(spec.name, "not_ascii", "value must be ASCII")
             if spec.max_length is not None and len(value) > spec.max_length:
                 if spec.on_too_long == "reject":
-                    raise ValidationError(spec.name, "too_long", f"{len(value)} characters, the column holds {spec.max_length}")
+                    raise ValidationError(
+                        spec.name, "too_long", f"{len(value)} characters, the column holds {spec.max_length}"
+                    )
                 try:
                     ItemAdapter(item)[spec.name] = value[: spec.max_length]
                 except AttributeError:  # a frozen dataclass or attrs class
-                    raise ValidationError(spec.name, "too_long", f"{len(value)} characters, the column holds {spec.max_length}, and the item is frozen") from None
+                    raise ValidationError(
+                        spec.name,
+                        "too_long",
+                        f"{len(value)} characters, the column holds {spec.max_length}, and the item is frozen",
+                    ) from None
                 truncated.append(spec.name)
     return truncated
 
@@ -332,7 +360,12 @@ def to_row(item: Any, schema: Schema) -> tuple[Any, ...]:
 def iter_item_classes(module: Any) -> Iterator[type]:
     """Yield the item classes defined in ``module`` (not imported into it) that set ``table``."""
     for value in vars(module).values():
-        if isinstance(value, type) and value.__module__ == module.__name__ and getattr(value, "table", None) and ItemAdapter.is_item_class(value):
+        if (
+            isinstance(value, type)
+            and value.__module__ == module.__name__
+            and getattr(value, "table", None)
+            and ItemAdapter.is_item_class(value)
+        ):
             yield value
 
 

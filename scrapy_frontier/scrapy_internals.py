@@ -35,7 +35,9 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
     scraper = getattr(crawler.engine, "scraper", None)
     enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
     if enqueue_scrape is None:
-        raise ScrapyChanged(f"scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy {CHECKED_WITH})")
+        raise ScrapyChanged(
+            f"scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy {CHECKED_WITH})"
+        )
 
     def wrapped(result: Any, request: Request) -> Any:
         d = enqueue_scrape(result, request)

@@ -18,7 +18,10 @@ _INCLUDE = "--! include "
 @cache
 def _read(name: str) -> str:
     text = files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-    return "".join(_read(line[len(_INCLUDE) :].strip()) if line.startswith(_INCLUDE) else line for line in text.splitlines(keepends=True))
+    return "".join(
+        _read(line[len(_INCLUDE) :].strip()) if line.startswith(_INCLUDE) else line
+        for line in text.splitlines(keepends=True)
+    )
 
 
 def source(name: str, **values: object) -> str:

@@ -51,7 +51,9 @@ _META_TYPES: dict[str, tuple[type, ...]] = {
     "redirect_reasons": (list,),
 }
 #: Numeric meta keys Scrapy refuses below zero (an assertion, or a negative depth counted on).
-_META_NOT_NEGATIVE = frozenset({"depth", "download_timeout", "download_maxsize", "download_warnsize", "max_retry_times"})
+_META_NOT_NEGATIVE = frozenset(
+    {"depth", "download_timeout", "download_maxsize", "download_warnsize", "max_retry_times"}
+)
 #: Spider methods that are not callbacks (Scrapy calls them without a response).
 _NOT_CALLBACKS = frozenset({"start", "start_requests"})
 #: Priorities a Redis sorted set's score (a double) holds exactly.
@@ -73,7 +75,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
-_PAYLOAD_KEYS = frozenset({"url", "meta", "method", "headers", "body", "priority", "callback", "cb_kwargs", "dont_filter"})
+_PAYLOAD_KEYS = frozenset(
+    {"url", "meta", "method", "headers", "body", "priority", "callback", "cb_kwargs", "dont_filter"}
+)
 
 
 class RequestRefused(ValueError):
@@ -108,9 +112,16 @@ def method_name(spider: Spider, func: Any) -> str | None:
     if func is None or isinstance(func, str):
         return func
     name = getattr(func, "__name__", None)
-    if getattr(func, "__self__", None) is spider and name and getattr(getattr(spider, name, None), "__func__", None) is getattr(func, "__func__", 0):
+    if (
+        getattr(func, "__self__", None) is spider
+        and name
+        and getattr(getattr(spider, name, None), "__func__", None) is getattr(func, "__func__", 0)
+    ):
         return name
-    raise RequestRefused("callback", f"callback {func!r} is not a method of spider {spider.name!r}: a request in Redis names its callback, so it must be a spider method")
+    raise RequestRefused(
+        "callback",
+        f"callback {func!r} is not a method of spider {spider.name!r}: a request in Redis names its callback, so it must be a spider method",
+    )
 
 
 def request_to_json(request: Request, spider: Spider) -> str:
@@ -212,7 +223,10 @@ def check_url(url: Any) -> str:
         raise RequestRefused("bad_url", f"url must be a non-empty string, got {url!r:.100}")
     url = url.strip()
     if len(url) > URL_MAX_LENGTH:
-        raise RequestRefused("bad_url", f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): {redact_url(url)!r:.200}")
+        raise RequestRefused(
+            "bad_url",
+            f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): {redact_url(url)!r:.200}",
+        )
     try:
         url.encode("utf-8")
         parts = urlsplit(url)
@@ -223,7 +237,10 @@ def check_url(url: Any) -> str:
         why = exc if shown == url else type(exc).__name__  # its message may quote the password
         raise RequestRefused("bad_url", f"not a URL: {shown!r:.200} ({why})") from None
     if "@" in parts.netloc:
-        raise RequestRefused("bad_url", f"URL has a user or password before its host, which Scrapy does not send (use the http_user and http_pass spider attributes of HttpAuthMiddleware): {redact_url(url)!r:.200}")
+        raise RequestRefused(
+            "bad_url",
+            f"URL has a user or password before its host, which Scrapy does not send (use the http_user and http_pass spider attributes of HttpAuthMiddleware): {redact_url(url)!r:.200}",
+        )
     if not parts.scheme:
         raise RequestRefused("bad_url", f"not an absolute URL: {url!r:.200}")
     if parts.scheme.lower() not in _ALLOWED_SCHEMES:
@@ -231,12 +248,18 @@ def check_url(url: Any) -> str:
     if not host:
         raise RequestRefused("bad_url", f"URL has no host: {url!r:.200}")
     if _BAD_HOST_CHARS.search(host):
-        raise RequestRefused("bad_url", f"host {host!r:.100} has characters a host name cannot have (RFC 3986 section 3.2.2): {url!r:.200}")
+        raise RequestRefused(
+            "bad_url",
+            f"host {host!r:.100} has characters a host name cannot have (RFC 3986 section 3.2.2): {url!r:.200}",
+        )
     if _NUMERIC_LABEL.search(host) and ":" not in host:
         try:
             ipaddress.IPv4Address(host.removesuffix("."))
         except ValueError:
-            raise RequestRefused("bad_url", f"host {host!r:.100} ends with a number but is not an IPv4 address (four numbers 0-255, RFC 3986 section 3.2.2; no top-level domain is all digits, RFC 3696 section 2): {url!r:.200}") from None
+            raise RequestRefused(
+                "bad_url",
+                f"host {host!r:.100} ends with a number but is not an IPv4 address (four numbers 0-255, RFC 3986 section 3.2.2; no top-level domain is all digits, RFC 3696 section 2): {url!r:.200}",
+            ) from None
     try:
         return safe_url_string(url)
     except (ValueError, UnicodeError) as exc:  # what urlsplit lets through and w3lib does not
@@ -308,18 +331,32 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
         raise RequestRefused("not_object", f"JSON payload must be an object or a URL string, got {type(data).__name__}")
     unknown = sorted(set(data) - _PAYLOAD_KEYS)
     kwargs: dict[str, Any] = {"url": check_url(data.get("url"))}
-    for key, types in (("meta", dict), ("cb_kwargs", dict), ("headers", dict), ("method", str), ("body", str), ("priority", int), ("dont_filter", bool)):
+    for key, types in (
+        ("meta", dict),
+        ("cb_kwargs", dict),
+        ("headers", dict),
+        ("method", str),
+        ("body", str),
+        ("priority", int),
+        ("dont_filter", bool),
+    ):
         if key in data and data[key] is not None:
             value = data[key]
             if not isinstance(value, types) or (types is int and isinstance(value, bool)):
                 raise RequestRefused("bad_field", f"{key!r} must be {types.__name__}, got {type(value).__name__}")
             kwargs[key] = value
     if "priority" in kwargs and abs(kwargs["priority"]) > _MAX_PRIORITY:
-        raise RequestRefused("bad_field", f"priority {kwargs['priority']} is beyond +-2**53 (a sorted set's score holds integers exactly up to there)")
+        raise RequestRefused(
+            "bad_field",
+            f"priority {kwargs['priority']} is beyond +-2**53 (a sorted set's score holds integers exactly up to there)",
+        )
     for name, value in kwargs.get("headers", {}).items():
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in values):
-            raise RequestRefused("bad_field", f"header {name!r:.100} must be a string, a number or a list of them, got {json.dumps(value)[:100]}")
+            raise RequestRefused(
+                "bad_field",
+                f"header {name!r:.100} must be a string, a number or a list of them, got {json.dumps(value)[:100]}",
+            )
     if "method" in kwargs and not kwargs["method"].isalpha():
         raise RequestRefused("bad_field", f"method {kwargs['method']!r:.50} is not an HTTP method")
     callback = data.get("callback")
@@ -336,11 +373,16 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
         for key, value in kwargs["meta"].items():
             types = _META_TYPES.get(key)
             if types and (not isinstance(value, types) or (bool not in types and isinstance(value, bool))):
-                raise RequestRefused("bad_field", f"meta {key!r} must be {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}")
+                raise RequestRefused(
+                    "bad_field",
+                    f"meta {key!r} must be {' or '.join(t.__name__ for t in types)}, got {type(value).__name__}",
+                )
             if key in _META_NOT_NEGATIVE and value < 0:
                 raise RequestRefused("bad_field", f"meta {key!r} must be 0 or more, got {value!r}")
     if callback in _NOT_CALLBACKS:
-        raise RequestRefused("bad_field", f"callback {callback!r} is the spider's start method, which takes no response")
+        raise RequestRefused(
+            "bad_field", f"callback {callback!r} is the spider's start method, which takes no response"
+        )
     try:
         return Request(**kwargs), unknown
     except (TypeError, ValueError) as exc:

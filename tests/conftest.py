@@ -100,7 +100,9 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def docs_site():
     if not (DOCS / "index.html").exists():
-        pytest.fail(f"{DOCS} is missing: install Debian's python3.11-doc (apt-get install python3.11-doc) or set DOCS_DIR")
+        pytest.fail(
+            f"{DOCS} is missing: install Debian's python3.11-doc (apt-get install python3.11-doc) or set DOCS_DIR"
+        )
     server = HttpServer(DOCS, "127.0.0.2")
     yield server
     server.stop()
@@ -122,7 +124,10 @@ def debian_doc_sites():
     missing = [package for package, directory, start in DEBIAN_DOC_SITES.values() if not (directory / start).is_file()]
     if missing:
         pytest.fail(f"Debian's doc sites are missing: apt-get install {' '.join(missing)}")
-    servers = {name: (HttpServer(directory, "127.0.0.16"), directory, start) for name, (_, directory, start) in DEBIAN_DOC_SITES.items()}
+    servers = {
+        name: (HttpServer(directory, "127.0.0.16"), directory, start)
+        for name, (_, directory, start) in DEBIAN_DOC_SITES.items()
+    }
     yield servers
     for server, _, _ in servers.values():
         server.stop()
@@ -158,7 +163,9 @@ def _clean_redis(client: redis.Redis) -> None:
     if crawls:
         client.srem("scrapy-frontier:crawls", *crawls)
     for spider in SPIDERS:
-        keys = list(client.scan_iter(match=f"{spider}:*", count=1000)) + list(client.scan_iter(match=f"{spider}@*", count=1000))
+        keys = list(client.scan_iter(match=f"{spider}:*", count=1000)) + list(
+            client.scan_iter(match=f"{spider}@*", count=1000)
+        )
         for i in range(0, len(keys), 500):
             client.delete(*keys[i : i + 500])
 
@@ -169,7 +176,9 @@ def redis_url():
     try:
         client.ping()
     except redis.ConnectionError as exc:
-        pytest.fail(f"Redis is not reachable at {REDIS_HOST}:{REDIS_PORT} ({exc}): start redis-server or set TEST_REDIS_PORT")
+        pytest.fail(
+            f"Redis is not reachable at {REDIS_HOST}:{REDIS_PORT} ({exc}): start redis-server or set TEST_REDIS_PORT"
+        )
     _clean_redis(client)
     yield f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
     _clean_redis(client)
@@ -187,9 +196,17 @@ def redis_client(redis_url):
 def mysql_server():
     name = f"crawler_test_{uuid.uuid4().hex[:8]}"
     try:
-        conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", password=os.environ.get("TEST_MYSQL_PASSWORD", ""), autocommit=True)
+        conn = pymysql.connect(
+            host=MYSQL_HOST,
+            port=MYSQL_PORT,
+            user="root",
+            password=os.environ.get("TEST_MYSQL_PASSWORD", ""),
+            autocommit=True,
+        )
     except pymysql.err.OperationalError as exc:
-        pytest.fail(f"MariaDB is not reachable at {MYSQL_HOST}:{MYSQL_PORT} ({exc}): start mariadbd or set TEST_MYSQL_PORT")
+        pytest.fail(
+            f"MariaDB is not reachable at {MYSQL_HOST}:{MYSQL_PORT} ({exc}): start mariadbd or set TEST_MYSQL_PORT"
+        )
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
     yield conn, name
@@ -295,9 +312,16 @@ class Worker:
 def start_worker(tmp_path):
     workers: list[Worker] = []
 
-    def start(spider: str = "site", settings: dict[str, str] | None = None, env: dict[str, str] | None = None, args: list[str] | None = None) -> Worker:
+    def start(
+        spider: str = "site",
+        settings: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+    ) -> Worker:
         defaults = {"SQLITE_PATH": str(tmp_path / "crawl.sqlite3"), "DEAD_LETTER_DIR": str(tmp_path)}
-        worker = Worker(spider, {**defaults, **(settings or {})}, env or {}, args or [], tmp_path / f"worker{len(workers)}.log")
+        worker = Worker(
+            spider, {**defaults, **(settings or {})}, env or {}, args or [], tmp_path / f"worker{len(workers)}.log"
+        )
         workers.append(worker)
         return worker
 
@@ -324,7 +348,17 @@ class RedisServer:
 
     def __init__(self, directory: Path, port: int | None = None, **options: str) -> None:
         self.port = port or free_port()
-        self.cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", str(directory)]
+        self.cmd = [
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            str(directory),
+        ]
         for key, value in options.items():
             self.cmd += [f"--{key}", value]
         self.proc: subprocess.Popen | None = None
@@ -366,7 +400,14 @@ class MariaDB:
         self.port = free_port()
         self.log = root / "mariadbd.log"
         subprocess.run(
-            ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}", "--user=root", "--auth-root-authentication-method=normal", "--skip-test-db"],
+            [
+                "mariadb-install-db",
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -381,8 +422,18 @@ class MariaDB:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            ["mariadbd", "--no-defaults", f"--datadir={self.datadir}", f"--port={self.port}", "--bind-address=127.0.0.1",
-             f"--socket={self.datadir}/mysqld.sock", "--user=root", "--skip-grant-tables", "--skip-log-bin", *self.options],
+            [
+                "mariadbd",
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                f"--port={self.port}",
+                "--bind-address=127.0.0.1",
+                f"--socket={self.datadir}/mysqld.sock",
+                "--user=root",
+                "--skip-grant-tables",
+                "--skip-log-bin",
+                *self.options,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
         )
@@ -420,14 +471,36 @@ class RedisCluster:
             for i in range(2 * masters):
                 d = directory / f"try{attempt}" / f"node{i}"
                 d.mkdir(parents=True)
-                self.nodes.append(RedisServer(d, free_cluster_port(), **{"cluster-enabled": "yes", "cluster-node-timeout": "2000", "cluster-config-file": str(d / "nodes.conf"), "appendonly": "no", "repl-diskless-sync-delay": "0"}))
-            create = ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes), "--cluster-replicas", "1", "--cluster-yes"]
+                self.nodes.append(
+                    RedisServer(
+                        d,
+                        free_cluster_port(),
+                        **{
+                            "cluster-enabled": "yes",
+                            "cluster-node-timeout": "2000",
+                            "cluster-config-file": str(d / "nodes.conf"),
+                            "appendonly": "no",
+                            "repl-diskless-sync-delay": "0",
+                        },
+                    )
+                )
+            create = [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                "--cluster-replicas",
+                "1",
+                "--cluster-yes",
+            ]
             done = subprocess.run(create, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
             if done.returncode == 0:
                 break
             self.stop()
             if attempt:
-                raise AssertionError(f"redis-cli --cluster create failed (status {done.returncode}): {done.stdout[-2000:]}")
+                raise AssertionError(
+                    f"redis-cli --cluster create failed (status {done.returncode}): {done.stdout[-2000:]}"
+                )
             print(f"redis-cli --cluster create failed, trying new ports: {done.stdout[-500:]}")
         self.wait_ok()
 
@@ -446,7 +519,10 @@ class RedisCluster:
         while time.monotonic() < deadline:
             try:
                 infos = [self.client(n.port).cluster("info") for n in self.nodes if n.proc and n.proc.poll() is None]
-                if all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos) and self._replicas_online():
+                if (
+                    all(i.get("cluster_state") == "ok" and int(i.get("cluster_slots_ok", 0)) == 16384 for i in infos)
+                    and self._replicas_online()
+                ):
                     return
             except redis.RedisError:
                 pass

@@ -16,7 +16,9 @@ class Article:
     table: ClassVar[str] = "articles"
     unique_key: ClassVar[str] = "url"
 
-    url: str = field(metadata={"type": str, "required": True, "max_length": 2048, "ascii": True, "on_too_long": "reject"})
+    url: str = field(
+        metadata={"type": str, "required": True, "max_length": 2048, "ascii": True, "on_too_long": "reject"}
+    )
     title: str | None = field(default=None, metadata={"type": str, "max_length": 256})
     words: int = field(default=0, metadata={"type": int})
 
@@ -28,6 +30,8 @@ class Heading:
     table: ClassVar[str] = "headings"
     unique_key: ClassVar[str] = "anchor"
 
-    anchor: str = attrs.field(metadata={"type": str, "required": True, "max_length": 2048, "ascii": True, "on_too_long": "reject"})
+    anchor: str = attrs.field(
+        metadata={"type": str, "required": True, "max_length": 2048, "ascii": True, "on_too_long": "reject"}
+    )
     level: int = attrs.field(metadata={"type": int, "required": True})
     text: str | None = attrs.field(default=None, metadata={"type": str, "max_length": 512})

@@ -39,7 +39,7 @@ def reachable_pages(root: Path, start: str) -> frozenset[str]:
             url = urldefrag(urljoin(page_url, href.strip()))[0]
             if not url.startswith(base):
                 continue
-            rel = url[len(base):]
+            rel = url[len(base) :]
             ext = Path(urlsplit(url).path).suffix.lower().lstrip(".")
             if ext in IGNORED_EXTENSIONS or rel in seen:
                 continue

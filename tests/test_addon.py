@@ -58,14 +58,19 @@ def test_every_component_is_wired_in_a_bare_project():
     assert settings["SCHEDULER"] == "scrapy.core.scheduler.Scheduler"
     assert settings["DUPEFILTER_CLASS"] == "scrapy.dupefilters.RFPDupeFilter"
     # defaults of the settings it adds are in the crawl's settings
-    assert settings.getint("REDIS_START_URLS_MAX_BYTES") == 65536 and settings.getpriority("REDIS_START_URLS_MAX_BYTES") == 0
+    assert (
+        settings.getint("REDIS_START_URLS_MAX_BYTES") == 65536
+        and settings.getpriority("REDIS_START_URLS_MAX_BYTES") == 0
+    )
 
 
 def test_redis_url_from_the_environment_turns_distributed_mode_on(monkeypatch):
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/13")
     monkeypatch.setenv("MYSQL_URL", "mysql://root@127.0.0.1/test")
     settings = crawler_settings()
-    assert settings["REDIS_URL"] == "redis://127.0.0.1:6379/13" and settings["MYSQL_URL"] == "mysql://root@127.0.0.1/test"
+    assert (
+        settings["REDIS_URL"] == "redis://127.0.0.1:6379/13" and settings["MYSQL_URL"] == "mysql://root@127.0.0.1/test"
+    )
     assert settings["SCHEDULER"] == "scrapy_frontier.scheduler.FrontierScheduler"
     assert settings["DUPEFILTER_CLASS"] == "scrapy.dupefilters.BaseDupeFilter"
 
@@ -80,8 +85,14 @@ def test_the_users_own_settings_win():
         {
             "REDIS_URL": "redis://127.0.0.1:6379/13",
             "SCHEDULER": "scrapy.core.scheduler.Scheduler",
-            "ITEM_PIPELINES": {"scrapy_frontier.pipelines.storage.StoragePipeline": 900, "scrapy_frontier.pipelines.cache.RedisCachePipeline": None},
-            "DOWNLOADER_MIDDLEWARES": {"scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None, "scrapy.downloadermiddlewares.retry.RetryMiddleware": 600},
+            "ITEM_PIPELINES": {
+                "scrapy_frontier.pipelines.storage.StoragePipeline": 900,
+                "scrapy_frontier.pipelines.cache.RedisCachePipeline": None,
+            },
+            "DOWNLOADER_MIDDLEWARES": {
+                "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+                "scrapy.downloadermiddlewares.retry.RetryMiddleware": 600,
+            },
             "LOG_FORMATTER": "scrapy.logformatter.LogFormatter",
         }
     )

@@ -18,11 +18,19 @@ LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 PAGES = 60
 RATE = 5
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not LIBFAKETIME.exists(), reason="needs Debian's faketime (tests/run.sh installs it)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not LIBFAKETIME.exists(), reason="needs Debian's faketime (tests/run.sh installs it)"),
+]
 
 
 def skewed(offset: str) -> dict[str, str]:
-    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+    return {
+        "LD_PRELOAD": str(LIBFAKETIME),
+        "FAKETIME": offset,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_NO_CACHE": "1",
+    }
 
 
 @pytest.mark.parametrize(("offset", "late"), [("+120s", False), ("-120s", False), ("+120s", True)])
@@ -32,7 +40,13 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     # MAX_IDLE_TIME_BEFORE_CLOSE: the first worker waits, with nothing queued, for the second to
     # start (under libfaketime, on a loaded machine, from a fresh clone: seen to take over 3 s);
     # with 3 s it closed before the start URL came and the second took every page ([0, 60]).
-    settings = {**FAST, "MAX_IDLE_TIME_BEFORE_CLOSE": "15", "DOMAIN_RATE_LIMIT": str(RATE), "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
+    settings = {
+        **FAST,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "15",
+        "DOMAIN_RATE_LIMIT": str(RATE),
+        "FRONTIER_HEARTBEAT_INTERVAL": "1",
+        "FRONTIER_NODE_TIMEOUT": "3",
+    }
     plain = start_worker(settings=settings, env={"REDIS_URL": redis_url})
     plain.wait_for("Joined the crawl")
     if late:
@@ -51,16 +65,26 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
         # machine comes seconds after its "Joined" line (CI: 5 of the 30 pages left by then).
         node = re.search(r"as node (\S+)", other.output).group(1)
         deadline = time.monotonic() + 60
-        while redis_client.hlen(f"site:leases:{node}") - redis_client.hexists(f"site:leases:{node}", "@") <= 0 and other.proc.poll() is None and time.monotonic() < deadline:
+        while (
+            redis_client.hlen(f"site:leases:{node}") - redis_client.hexists(f"site:leases:{node}", "@") <= 0
+            and other.proc.poll() is None
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         joined = time.time()
     for w in (plain, other):
         assert w.wait(120) == 0, w.output[-3000:]
     times = server.times("/site/")
-    fetched = collections.Counter(line.split(" ", 1)[1] for line in server.log.read_text().splitlines() if line.split(" ", 1)[1].startswith("/site/"))
+    fetched = collections.Counter(
+        line.split(" ", 1)[1]
+        for line in server.log.read_text().splitlines()
+        if line.split(" ", 1)[1].startswith("/site/")
+    )
     shares = [plain.stat("item_scraped_count"), other.stat("item_scraped_count")]
     after = sum(1 for t in times if t > joined)  # pages left when the second worker joined
-    print(f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} of {PAGES} pages, shares {shares} ({after} after the second joined), most in 1 s / 2 s: {max_in_window(times)} / {max_in_window(times, 2.0)} (rate {RATE}/s)")
+    print(
+        f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} of {PAGES} pages, shares {shares} ({after} after the second joined), most in 1 s / 2 s: {max_in_window(times)} / {max_in_window(times, 2.0)} (rate {RATE}/s)"
+    )
     assert max(fetched.values()) == 1, "a URL was fetched twice"
     assert len(fetched) == PAGES
     # the rate, plus a burst of one, over 2 s: arrival times at the server jitter by a few hundred

@@ -33,7 +33,15 @@ def test_every_script_key_of_a_shard_is_in_one_slot():
 
     k = keys()
     for sh in k.all_shards():
-        names = (sh.queue, sh.queue_prefix + "example.com", sh.queue_prefix + "example.com#0", sh.dupefilter, sh.forgotten, sh.bloom, sh.bloom_bits_prefix + "0:0")
+        names = (
+            sh.queue,
+            sh.queue_prefix + "example.com",
+            sh.queue_prefix + "example.com#0",
+            sh.dupefilter,
+            sh.forgotten,
+            sh.bloom,
+            sh.bloom_bits_prefix + "0:0",
+        )
         names += (sh.leases("n1"), sh.politeness_prefix + "example.com", sh.rates, sh.limited)
         slots = {key_slot(key.encode()) for key in names}
         assert len(slots) == 1, sh
@@ -101,18 +109,28 @@ def test_frontier_on_a_cluster_pushes_leases_acks_and_reclaims(redis_cluster):
 
 
 @pytest.mark.slow
-def test_two_workers_crawl_the_docs_on_a_cluster(redis_cluster, docs_site, expected_pages, start_worker, mysql_url, mysql_query):
+def test_two_workers_crawl_the_docs_on_a_cluster(
+    redis_cluster, docs_site, expected_pages, start_worker, mysql_url, mysql_query
+):
     from tests.test_crawl import two_workers_share_the_docs
 
     client = redis.RedisCluster.from_url(redis_cluster.url)
     env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
-    workers = two_workers_share_the_docs(start_worker, env, lambda path: client.lpush("site:start_urls", docs_site.url + path), expected_pages, mysql_query)
+    workers = two_workers_share_the_docs(
+        start_worker,
+        env,
+        lambda path: client.lpush("site:start_urls", docs_site.url + path),
+        expected_pages,
+        mysql_query,
+    )
     assert "16 frontier shards" in workers[0].output
     client.close()
 
 
 @pytest.mark.slow
-def test_a_sharded_crawl_on_a_single_redis(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_a_sharded_crawl_on_a_single_redis(
+    docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query
+):
     from tests.test_crawl import DISTRIBUTED, stored_urls_mysql
 
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
@@ -129,7 +147,9 @@ def test_a_sharded_crawl_on_a_single_redis(docs_site, expected_pages, start_work
 
 def test_a_worker_refuses_another_shard_count(start_worker, redis_url, redis_client):
     redis_client.hset("site:dupefilter:meta", "shards", 4)
-    worker = start_worker(settings={"FRONTIER_SHARDS": "8", "MAX_IDLE_TIME_BEFORE_CLOSE": "1"}, env={"REDIS_URL": redis_url})
+    worker = start_worker(
+        settings={"FRONTIER_SHARDS": "8", "MAX_IDLE_TIME_BEFORE_CLOSE": "1"}, env={"REDIS_URL": redis_url}
+    )
     assert worker.wait(60) == 2
     assert "FRONTIER_SHARDS=8 differs from the crawl's recorded layout" in worker.output
     assert "Traceback" not in worker.output
@@ -149,7 +169,6 @@ def test_heartbeats_use_the_server_clock(redis_url, redis_client):
     hb.client.close()
 
 
-
 @pytest.fixture
 def sentinel(throwaway_redis, tmp_path):
     """``(primary, replica, url)``: a primary, a replica in sync with it and one Sentinel
@@ -165,7 +184,9 @@ def sentinel(throwaway_redis, tmp_path):
         f"port {port}\nbind 127.0.0.1\nsentinel monitor frontier 127.0.0.1 {primary.port} 1\n"
         "sentinel down-after-milliseconds frontier 1000\nsentinel failover-timeout frontier 5000\n"
     )
-    proc = subprocess.Popen(["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["redis-server", str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_port("127.0.0.1", port)
         yield primary, replica, f"redis+sentinel://127.0.0.1:{port}/frontier/0"
@@ -276,7 +297,6 @@ def test_a_master_killed_mid_crawl_loses_nothing(redis_cluster, tmp_path, start_
 @pytest.mark.slow
 def test_slots_migrated_mid_crawl_lose_nothing(redis_cluster, tmp_path, start_worker, mysql_url, mysql_query):
     import subprocess
-
 
     site = HttpServer(DOCS, "127.0.0.14", log=tmp_path / "access.log")
     try:
@@ -410,9 +430,13 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         assert pushed.returncode == 0, pushed.stderr
         assert client.lrange(k.start_urls, 0, -1) == [b"http://127.1.2.3/a"]
         # a dead letter back in its host's shard
-        record = json.dumps({"reason": "retries_exhausted", "request": {"url": "http://127.1.2.3/x", "meta": {"retry_times": 2}}})
+        record = json.dumps(
+            {"reason": "retries_exhausted", "request": {"url": "http://127.1.2.3/x", "meta": {"retry_times": 2}}}
+        )
         client.lpush(k.failed, record)
-        assert json.loads(run(["status", "site", "--json"], env).stdout)["frontier"]["queued"] == 0  # counted: each shard keeps its count now
+        assert (
+            json.loads(run(["status", "site", "--json"], env).stdout)["frontier"]["queued"] == 0
+        )  # counted: each shard keeps its count now
         requeued = run(["requeue", "site", "--json"], env)
         assert requeued.returncode == 0, requeued.stderr
         assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}
@@ -445,7 +469,11 @@ def test_redis_cluster_declared_on_a_single_redis_gives_one_line(url_db, start_w
     from tests.conftest import REDIS_HOST, REDIS_PORT
 
     url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{url_db}"  # nothing is written: the worker stops at open
-    worker = start_worker(settings={"REDIS_CLUSTER": "True", "SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env={"REDIS_URL": url}, args=["-a", "url=http://127.0.0.9:1/"])
+    worker = start_worker(
+        settings={"REDIS_CLUSTER": "True", "SQLITE_PATH": str(tmp_path / "x.sqlite3")},
+        env={"REDIS_URL": url},
+        args=["-a", "url=http://127.0.0.9:1/"],
+    )
     assert worker.wait(60) == 2
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "REDIS_URL" in errors[0], worker.output[-3000:]

@@ -12,12 +12,23 @@ import pytest
 
 from tests.conftest import ROOT
 
-GOOD_PAGE = {"url": "http://h/2", "status": 200, "content_hash": "a" * 64, "fetched_at": "2026-01-01T00:00:00+00:00", "title": "ok"}
+GOOD_PAGE = {
+    "url": "http://h/2",
+    "status": 200,
+    "content_hash": "a" * 64,
+    "fetched_at": "2026-01-01T00:00:00+00:00",
+    "title": "ok",
+}
 
 
 def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "scrapy", *command],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -29,7 +40,12 @@ def test_requeue_moves_requests_and_keeps_what_is_not_a_request(redis_url, redis
         b'{"request": {"url": "ftp://h/c"}}',
         b"not json",
     ]
-    good = json.dumps({"reason": "retries_exhausted", "request": {"url": "http://h/ok", "meta": {"retry_times": 2, "depth": 3}, "priority": 4}})
+    good = json.dumps(
+        {
+            "reason": "retries_exhausted",
+            "request": {"url": "http://h/ok", "meta": {"retry_times": 2, "depth": 3}, "priority": 4},
+        }
+    )
     redis_client.lpush("site:requests:failed", *bad, good)
     done = run(["requeue", "site", "--json"], {"REDIS_URL": redis_url})
     assert done.returncode == 0, done.stderr
@@ -66,14 +82,27 @@ def test_replay_refuses_unknown_classes_and_broken_records_without_running_them(
 def test_replay_setup_errors_are_one_line(redis_url):
     done = run(["replay", "site"], {"REDIS_URL": redis_url, "MYSQL_URL": "postgres://u:s3cretpw@h/db"})
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["error: MYSQL_URL postgres://u:***@h/db must start with mysql://, mariadb:// or mysql+pymysql://"]
+    assert done.stderr.strip().splitlines() == [
+        "error: MYSQL_URL postgres://u:***@h/db must start with mysql://, mariadb:// or mysql+pymysql://"
+    ]
     assert done.stdout == ""
     done = run(["requeue", "site"], {"REDIS_URL": "redis://127.0.0.1:1/0?password=s3cretpw"})
     assert done.returncode == 2 and "s3cretpw" not in done.stderr and "Traceback" not in done.stderr
 
 
 def test_push_checks_payloads_like_a_worker(redis_url, redis_client):
-    done = run(["push", "site", "http://a.example/", "not a url", '{"url": "ftp://x"}', '{"url": "http://b.example/", "meta": {"depth": "x"}}', "--json"], {"REDIS_URL": redis_url})
+    done = run(
+        [
+            "push",
+            "site",
+            "http://a.example/",
+            "not a url",
+            '{"url": "ftp://x"}',
+            '{"url": "http://b.example/", "meta": {"depth": "x"}}',
+            "--json",
+        ],
+        {"REDIS_URL": redis_url},
+    )
     assert done.returncode == 1  # some refused
     result = json.loads(done.stdout)
     assert result["pushed"] == 1
@@ -83,9 +112,16 @@ def test_push_checks_payloads_like_a_worker(redis_url, redis_client):
 
 
 @pytest.mark.slow
-def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query):
+def test_status_during_and_after_a_two_worker_crawl(
+    docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query
+):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SCHEDULER_PERSIST": "True", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}
+    settings = {
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "2",
+        "SCHEDULER_PERSIST": "True",
+        "CONCURRENT_REQUESTS": "4",
+        "DOWNLOAD_DELAY": "0.02",
+    }
     workers = start_workers(2, settings=settings, env=env)
     redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
     deadline = time.monotonic() + 60
@@ -100,12 +136,30 @@ def test_status_during_and_after_a_two_worker_crawl(docs_site, start_workers, re
         assert w.wait() == 0
     after = json.loads(run(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
     assert after["idle"] and after["workers"] == [] and after["frontier"]["in_flight"] == 0
-    assert after["dupefilter_size"] == int(redis_client.get("site:dupefilter:count")) >= mysql_query("SELECT COUNT(*) FROM pages")[0][0] == 526
+    assert (
+        after["dupefilter_size"]
+        == int(redis_client.get("site:dupefilter:count"))
+        >= mysql_query("SELECT COUNT(*) FROM pages")[0][0]
+        == 526
+    )
     text = run(["status", "site"], {"REDIS_URL": redis_url}).stdout
     assert text.startswith("crawl 'site': idle")
     listing = json.loads(run(["status", "--json"], {"REDIS_URL": redis_url}).stdout)["crawls"]
     site = [c for c in listing if c["crawl"] == "site"]
-    assert site == [{"crawl": "site", "spider": "site", "crawl_id": None, "idle": True, "hosts": 0, "start_urls_waiting": 0, "in_flight": 0, "workers": 0, "seen": after["dupefilter_size"], "requests_failed": 0}]
+    assert site == [
+        {
+            "crawl": "site",
+            "spider": "site",
+            "crawl_id": None,
+            "idle": True,
+            "hosts": 0,
+            "start_urls_waiting": 0,
+            "in_flight": 0,
+            "workers": 0,
+            "seen": after["dupefilter_size"],
+            "requests_failed": 0,
+        }
+    ]
     assert "site: idle, 0 workers" in run(["status"], {"REDIS_URL": redis_url}).stdout
 
 
@@ -197,7 +251,12 @@ def test_the_documented_redis_cli_recipes_work_on_a_password_protected_redis(thr
     where = f"127.0.0.1:{server.port}"
     readme = (ROOT / "README.md").read_text().splitlines()
     export = next(line for line in readme if line.startswith("export REDIS_URL="))
-    url = export.split("=", 1)[1].split()[0].replace("password", quote(password, safe="")).replace("redis-host:6379", where)
+    url = (
+        export.split("=", 1)[1]
+        .split()[0]
+        .replace("password", quote(password, safe=""))
+        .replace("redis-host:6379", where)
+    )
     env = {"PATH": "/usr/bin:/bin", "REDIS_URL": url}
 
     from scrapy_frontier.connection import redact_url
@@ -212,7 +271,17 @@ def test_the_documented_redis_cli_recipes_work_on_a_password_protected_redis(thr
     operating = (ROOT / "docs/operating.md").read_text()
     recipe = operating.split("**redis-cli.**", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     assert password in recipe and quote(password, safe="") in recipe
-    subprocess.run(["bash", "-ec", recipe.replace("redis-host:6379", where).replace("-h redis-host -p 6379", f"-h 127.0.0.1 -p {server.port}")], env={"PATH": "/usr/bin:/bin"}, check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        [
+            "bash",
+            "-ec",
+            recipe.replace("redis-host:6379", where).replace("-h redis-host -p 6379", f"-h 127.0.0.1 -p {server.port}"),
+        ],
+        env={"PATH": "/usr/bin:/bin"},
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     client = redis.Redis(port=server.port, password=password)
     assert len(client.lrange("site:start_urls", 0, -1)) == 4  # README's two, operating.md's two
     client.close()
@@ -237,7 +306,11 @@ def read_pty(argv: list[str], env: dict[str, str], enough, timeout: float = 60) 
     pid, fd = pty.fork()
     if pid == 0:  # the child: exec at once (nothing of pytest runs here)
         os.chdir(ROOT)
-        os.execve(sys.executable, [sys.executable, "-m", "scrapy", *argv], {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "xterm", **env})
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "scrapy", *argv],
+            {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TERM": "xterm", **env},
+        )
     out = b""
     deadline = time.monotonic() + timeout
     try:
@@ -269,7 +342,13 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
 
     # a pipe: the same text appended, no terminal codes
     frame_text = "crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n"
-    proc = subprocess.Popen([sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     piped, deadline = "", time.monotonic() + 60
     while piped.count(frame_text) < 2 and time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -281,7 +360,11 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
     piped += rest
     assert proc.returncode == 0 and "\x1b" not in piped and piped.count(frame_text) >= 2, piped
     # --json, even on a terminal: one object per line, as before
-    lines = read_pty(["status", "site", "--watch", "0.3", "--json"], env, lambda out: out.count(b"\n") >= 3).decode().splitlines()
+    lines = (
+        read_pty(["status", "site", "--watch", "0.3", "--json"], env, lambda out: out.count(b"\n") >= 3)
+        .decode()
+        .splitlines()
+    )
     assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:2])
 
 
@@ -293,18 +376,31 @@ def test_command_output_says_one_thing_not_one_things(redis_url, redis_client):
     redis_client.sadd("scrapy-frontier:crawls", "site")  # as a worker records it
     assert "site: running, 0 workers, 0 hosts queued, 0 in flight, 1 start URL waiting" in run(["status"], env).stdout
     redis_client.lpush("site:requests:failed", b"not json", json.dumps({"request": {"url": "http://h/ok"}}))
-    assert run(["requeue", "site"], env).stdout == "requeued 1 request; 1 left in the dead-letter list (1 record that is not a request, left there)\n"
+    assert (
+        run(["requeue", "site"], env).stdout
+        == "requeued 1 request; 1 left in the dead-letter list (1 record that is not a request, left there)\n"
+    )
 
 
 @pytest.mark.parametrize(
     "command",
-    ["status site | true", "status site --json | true", "status | true", "status site --watch 0.1 | head -1", "push site http://a.example/ | true"],
+    [
+        "status site | true",
+        "status site --json | true",
+        "status | true",
+        "status site --watch 0.1 | head -1",
+        "push site http://a.example/ | true",
+    ],
 )
 def test_a_reader_that_stops_early_ends_the_command_quietly(command, redis_url, redis_client):
     redis_client.sadd("scrapy-frontier:crawls", "site")
     done = subprocess.run(
         ["bash", "-c", f'"$PYTHON" -m scrapy {command}; echo "status ${{PIPESTATUS[0]}}" >&2'],
-        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.stderr == "status 0\n"  # no BrokenPipeError, no traceback
 
@@ -321,18 +417,34 @@ def test_a_refused_payload_is_shown_escaped(redis_url):
 
     raw = b"http://a.example/\xff\x1b[2J\x07" + b"x" * 300
     done = subprocess.run(
-        [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), '{"url": "http://b.example/", "\\u001b[2J": 1}'],
-        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "push",
+            "site",
+            os.fsdecode(raw),
+            '{"url": "http://b.example/", "\\u001b[2J": 1}',
+        ],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url},
+        capture_output=True,
+        timeout=60,
     )
     assert done.returncode == 1
     out = done.stdout + done.stderr
     assert b"\x1b" not in out and b"\xff" not in out and b"\x07" not in out and "\ufffd".encode() not in out
     first = done.stdout.decode().splitlines()[0]
-    assert first.startswith(r"refused b'http://a.example/\xff\x1b[2J\x07xxx") and "... (323 bytes) (not_utf8)" in first, first
+    assert (
+        first.startswith(r"refused b'http://a.example/\xff\x1b[2J\x07xxx") and "... (323 bytes) (not_utf8)" in first
+    ), first
     assert r"unknown keys '\x1b[2J' will be ignored" in done.stderr.decode()
     as_json = subprocess.run(
         [sys.executable, "-m", "scrapy", "push", "site", os.fsdecode(raw), "--json"],
-        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}, capture_output=True, timeout=60,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url},
+        capture_output=True,
+        timeout=60,
     )
     assert json.loads(as_json.stdout)["refused"][0]["payload"].startswith("http://a.example/\\xff\x1b[2J")
 
@@ -340,35 +452,62 @@ def test_a_refused_payload_is_shown_escaped(redis_url):
 def test_a_refused_payload_never_shows_a_password(redis_url):
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "REDIS_URL": redis_url}
     payload = '{"url": "https://ann:p@ss:w0rd@a.example/x", "meta": {"next": "https://bob:hunter2@b.example/"}}'
-    done = subprocess.run([sys.executable, "-m", "scrapy", "push", "site", payload], cwd=ROOT, env=env, capture_output=True, timeout=60)
-    as_json = subprocess.run([sys.executable, "-m", "scrapy", "push", "site", payload, "--json"], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", payload], cwd=ROOT, env=env, capture_output=True, timeout=60
+    )
+    as_json = subprocess.run(
+        [sys.executable, "-m", "scrapy", "push", "site", payload, "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == as_json.returncode == 1
     for out in (done.stdout + done.stderr, as_json.stdout + as_json.stderr):
         assert b"w0rd" not in out and b"hunter2" not in out, out
     assert "https://ann:***@a.example/x" in done.stdout.decode() and "(bad_url)" in done.stdout.decode()
-    assert json.loads(as_json.stdout)["refused"][0]["payload"] == '{"url": "https://ann:***@a.example/x", "meta": {"next": "https://bob:***@b.example/"}}'
+    assert (
+        json.loads(as_json.stdout)["refused"][0]["payload"]
+        == '{"url": "https://ann:***@a.example/x", "meta": {"next": "https://bob:***@b.example/"}}'
+    )
 
 
 def test_hide_passwords_hides_every_password_and_only_passwords():
     from scrapy_frontier.wording import hide_passwords, shown_payload
 
-    assert hide_passwords(b"http://u:p@h/ and ftp://v:q%40r@g:21/?a=b@c") == b"http://u:***@h/ and ftp://v:***@g:21/?a=b@c"
+    assert (
+        hide_passwords(b"http://u:p@h/ and ftp://v:q%40r@g:21/?a=b@c") == b"http://u:***@h/ and ftp://v:***@g:21/?a=b@c"
+    )
     assert hide_passwords(b"https://token@h/ https://h/@x mailto:a@b") == b"https://token@h/ https://h/@x mailto:a@b"
     # hidden before the cut: a limit inside the password does not show its start
     assert "secret" not in shown_payload(b"http://u:secret@h/" + b"x" * 300, limit=12)
 
 
-@pytest.mark.parametrize(("pattern", "problem"), [("[", "the '[' at position 0 has no closing ']'"), ("https://h/[!]*", "has no closing ']'"), ("https://h/[z-a]*", "the range z-a is empty"), ("", "it is empty")])
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("[", "the '[' at position 0 has no closing ']'"),
+        ("https://h/[!]*", "has no closing ']'"),
+        ("https://h/[z-a]*", "the range z-a is empty"),
+        ("", "it is empty"),
+    ],
+)
 def test_forget_refuses_a_malformed_pattern(pattern, problem, redis_url):
     done = run(["forget", "site", "--pattern", pattern], {"REDIS_URL": redis_url})
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.startswith(f"error: --pattern {pattern!r} is malformed: ") and problem in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert (
+        done.stderr.startswith(f"error: --pattern {pattern!r} is malformed: ")
+        and problem in done.stderr
+        and len(done.stderr.splitlines()) == 1
+    ), done.stderr
 
 
 def test_push_of_a_missing_file_is_one_line(redis_url, tmp_path):
     done = run(["push", "site", "--file", str(tmp_path / "nonexistent")], {"REDIS_URL": redis_url})
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines() == [f"error: --file {tmp_path / 'nonexistent'}: No such file or directory"], done.stderr
+    assert done.stderr.splitlines() == [f"error: --file {tmp_path / 'nonexistent'}: No such file or directory"], (
+        done.stderr
+    )
 
 
 def test_push_refuses_a_deeply_nested_payload_as_a_worker_does(redis_url, redis_client, tmp_path):
@@ -386,7 +525,11 @@ def test_push_refuses_a_deeply_nested_payload_as_a_worker_does(redis_url, redis_
 def test_output_to_a_full_device_is_one_line(command, redis_url, redis_client):
     done = subprocess.run(
         ["bash", "-c", f'"$PYTHON" -m scrapy {command} > /dev/full'],
-        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "PYTHON": sys.executable, "REDIS_URL": redis_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.splitlines() == ["error: cannot write the output: No space left on device"], done.stderr

@@ -58,9 +58,17 @@ def two_workers_share_the_docs(start_worker, env: dict[str, str], push, expected
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_two_workers_share_one_crawl(
+    docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query
+):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    two_workers_share_the_docs(start_worker, env, lambda path: redis_client.lpush("site:start_urls", docs_site.url + path), expected_pages, mysql_query)
+    two_workers_share_the_docs(
+        start_worker,
+        env,
+        lambda path: redis_client.lpush("site:start_urls", docs_site.url + path),
+        expected_pages,
+        mysql_query,
+    )
     # nothing is left in flight, and the last worker cleared the crawl (SCHEDULER_PERSIST=False)
     assert not list(redis_client.scan_iter(match="site:leases:*"))
     assert not redis_client.exists("site:dupefilter", "site:requests")
@@ -70,7 +78,10 @@ def test_two_workers_share_one_crawl(docs_site, expected_pages, start_worker, re
 def test_same_crawl_in_redis_cache(docs_site, start_worker, redis_url, redis_client, tmp_path):
     """Distributed mode without MYSQL_URL stores in SQLite and caches every page in Redis."""
     db = tmp_path / "crawl.sqlite3"
-    worker = start_worker(settings={**DISTRIBUTED, "SQLITE_PATH": str(db), "SCHEDULER_PERSIST": "True", "REDIS_CACHE_ITEMS": "True"}, env={"REDIS_URL": redis_url})
+    worker = start_worker(
+        settings={**DISTRIBUTED, "SQLITE_PATH": str(db), "SCHEDULER_PERSIST": "True", "REDIS_CACHE_ITEMS": "True"},
+        env={"REDIS_URL": redis_url},
+    )
     worker.wait_for("Joined the crawl")
     redis_client.lpush("site:start_urls", f"{docs_site.url}library/json.html")
     assert worker.wait() == 0
@@ -84,7 +95,11 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
     out = tmp_path / "items.jl"
     worker = start_worker(
         "probe",
-        settings={**DISTRIBUTED, "SPIDER_MODULES": "tests.spiders", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})},
+        settings={
+            **DISTRIBUTED,
+            "SPIDER_MODULES": "tests.spiders",
+            "FEEDS": json.dumps({str(out): {"format": "jsonlines"}}),
+        },
         env={"REDIS_URL": redis_url},
     )
     worker.wait_for("Joined the crawl")
@@ -137,7 +152,9 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("persist", ["True", "False"])
-def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_sigint_leaves_shared_state_for_the_other_worker(
+    persist, docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query
+):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     slow = {**DISTRIBUTED, "SCHEDULER_PERSIST": persist, "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}
     first, second = start_worker(settings=slow, env=env), start_worker(settings=slow, env=env)
@@ -178,7 +195,9 @@ def test_sigint_leaves_shared_state_for_the_other_worker(persist, docs_site, exp
     ],
 )
 def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker, tmp_path):
-    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env=env, args=["-a", "url=http://127.0.0.9:1/"])
+    worker = start_worker(
+        settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env=env, args=["-a", "url=http://127.0.0.9:1/"]
+    )
     assert worker.wait(60) == 2
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1, worker.output
@@ -189,7 +208,11 @@ def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker,
 
 
 #: Scrapy's own lines when a crawl closes (the stats dump follows the second one).
-CLOSING = ("[scrapy.core.engine] INFO: Closing spider (config_error)", "[scrapy.statscollectors] INFO: Dumping Scrapy stats:", "[scrapy.core.engine] INFO: Spider closed (config_error)")
+CLOSING = (
+    "[scrapy.core.engine] INFO: Closing spider (config_error)",
+    "[scrapy.statscollectors] INFO: Dumping Scrapy stats:",
+    "[scrapy.core.engine] INFO: Spider closed (config_error)",
+)
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] (INFO|WARNING|ERROR|CRITICAL): ")
 
 
@@ -211,7 +234,14 @@ def test_redis_down_at_start_is_one_line(start_worker, mysql_url, tmp_path):
 
 
 def test_crawl_of_an_unknown_spider_is_one_line_naming_the_spiders():
-    done = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "nosuch"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "nosuch"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.splitlines() == ["error: this project has no spider 'nosuch'; its spiders: modules, site"]
@@ -219,7 +249,11 @@ def test_crawl_of_an_unknown_spider_is_one_line_naming_the_spiders():
 
 def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
     url = f"redis://:s3cretpw@127.0.0.1:{throwaway_redis(requirepass='right-one').port}/0"
-    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env={"REDIS_URL": url}, args=["-a", "url=http://127.0.0.9:1/"])
+    worker = start_worker(
+        settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")},
+        env={"REDIS_URL": url},
+        args=["-a", "url=http://127.0.0.9:1/"],
+    )
     assert worker.wait(60) == 2
     assert "REDIS_URL redis://:***@" in worker.output and "authentication failed" in worker.output.lower()
     assert "s3cretpw" not in worker.output and "Traceback" not in worker.output
@@ -316,15 +350,25 @@ def test_start_urls_of_the_wrong_redis_type_give_one_line(as_set, start_worker, 
         redis_client.rpush("site:start_urls", "http://127.0.0.9:1/")
     else:
         redis_client.sadd("site:start_urls", "http://127.0.0.9:1/")
-    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "REDIS_START_URLS_AS_SET": str(as_set)}, env={"REDIS_URL": redis_url})
+    worker = start_worker(
+        settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "REDIS_START_URLS_AS_SET": str(as_set)},
+        env={"REDIS_URL": redis_url},
+    )
     assert worker.wait(60) == 2, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and "site:start_urls is a Redis " + ("list" if as_set else "set") in errors[0] and "REDIS_START_URLS_AS_SET" in errors[0], worker.output
+    assert (
+        len(errors) == 1
+        and "site:start_urls is a Redis " + ("list" if as_set else "set") in errors[0]
+        and "REDIS_START_URLS_AS_SET" in errors[0]
+    ), worker.output
     assert "Traceback" not in worker.output
 
 
 def test_a_key_retyped_mid_crawl_is_one_line_and_the_worker_goes_on(start_worker, redis_url, redis_client, tmp_path):
-    worker = start_worker(settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "MAX_IDLE_TIME_BEFORE_CLOSE": "8"}, env={"REDIS_URL": redis_url})
+    worker = start_worker(
+        settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "MAX_IDLE_TIME_BEFORE_CLOSE": "8"},
+        env={"REDIS_URL": redis_url},
+    )
     worker.wait_for("Joined the crawl")
     redis_client.sadd("site:start_urls", "http://127.0.0.9:1/")
     worker.wait_for("WRONGTYPE")
@@ -332,6 +376,8 @@ def test_a_key_retyped_mid_crawl_is_one_line_and_the_worker_goes_on(start_worker
     redis_client.delete("site:start_urls")
     assert worker.wait(60) == 0, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and "Redis refused a frontier call (ResponseError: WRONGTYPE" in errors[0], worker.output[-3000:]
+    assert len(errors) == 1 and "Redis refused a frontier call (ResponseError: WRONGTYPE" in errors[0], worker.output[
+        -3000:
+    ]
     assert "Traceback" not in worker.output
     assert worker.stat("frontier/task_errors") >= 3

@@ -31,7 +31,22 @@ BUILTIN_METRICS = {"up"}
 #: Labels Prometheus adds to every scraped series.
 TARGET_LABELS = {"instance", "job"}
 #: PromQL words that are neither metrics nor functions.
-PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left", "group_right", "inf", "nan", "atan2"}
+PROMQL_KEYWORDS = {
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "inf",
+    "nan",
+    "atan2",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,7 +59,9 @@ def code_env_names(package: Path = ROOT / "scrapy_frontier") -> set[str]:
     ``os.environ["X"]``, ``os.getenv("X")`` or ``"X" in os.environ`` found in its source."""
     from scrapy_frontier.defaults import FROM_ENVIRONMENT
 
-    pattern = re.compile(r"""os\.(?:environ\.get|getenv)\(\s*["']([A-Za-z_]\w*)["']|os\.environ\[\s*["']([A-Za-z_]\w*)["']\s*\]|["']([A-Za-z_]\w*)["']\s+in\s+os\.environ""")
+    pattern = re.compile(
+        r"""os\.(?:environ\.get|getenv)\(\s*["']([A-Za-z_]\w*)["']|os\.environ\[\s*["']([A-Za-z_]\w*)["']\s*\]|["']([A-Za-z_]\w*)["']\s+in\s+os\.environ"""
+    )
     names = set(FROM_ENVIRONMENT)
     for path in package.rglob("*.py"):
         for match in pattern.finditer(path.read_text()):
@@ -76,7 +93,9 @@ def code_facts() -> CodeFacts:
         metrics=frozenset(scrapy_frontier.observability.metrics.METRIC_NAMES),
         histograms=frozenset(s.name for s in specs if s.kind.__name__ == "Histogram"),
         labels=frozenset(label for s in specs for label in s.labels),
-        spiders=frozenset(cls.name for module in walk_modules_iter("crawler.spiders") for cls in iter_spider_classes(module)),
+        spiders=frozenset(
+            cls.name for module in walk_modules_iter("crawler.spiders") for cls in iter_spider_classes(module)
+        ),
         schema_sql=schema_sql(crawler.items),
     )
 
@@ -388,7 +407,10 @@ def check_metrics(d: Deployment, facts: CodeFacts) -> list[str]:
         if not metrics:
             problems.append(f"{where}: no metric in {expr!r}")
         used |= metrics
-        problems += [f"{where}: metric {m} is not exposed by scrapy_frontier.observability.metrics" for m in sorted(metrics - known)]
+        problems += [
+            f"{where}: metric {m} is not exposed by scrapy_frontier.observability.metrics"
+            for m in sorted(metrics - known)
+        ]
         if facts.labels:
             problems += [f"{where}: label {label} is on no exposed metric" for label in sorted(labels - known_labels)]
     main = dashboards.get("grafana/dashboard.json", {})
@@ -430,11 +452,20 @@ def check_ports(d: Deployment) -> list[str]:
     for name, svc in workers.items():
         wenv = {**env, **compose_env(svc)}
         if str(wenv.get("METRICS_PORT")) != str(port):
-            problems.append(f"compose service {name}: METRICS_PORT={wenv.get('METRICS_PORT')} but the image exposes {port}")
+            problems.append(
+                f"compose service {name}: METRICS_PORT={wenv.get('METRICS_PORT')} but the image exposes {port}"
+            )
         if wenv.get("METRICS_HOST") != "0.0.0.0":
-            problems.append(f"compose service {name}: METRICS_HOST={wenv.get('METRICS_HOST')} is not reachable from Prometheus")
+            problems.append(
+                f"compose service {name}: METRICS_HOST={wenv.get('METRICS_HOST')} is not reachable from Prometheus"
+            )
 
-    targets = [t for job in d.prometheus_config().get("scrape_configs", []) for sc in job.get("static_configs", []) for t in sc.get("targets", [])]
+    targets = [
+        t
+        for job in d.prometheus_config().get("scrape_configs", [])
+        for sc in job.get("static_configs", [])
+        for t in sc.get("targets", [])
+    ]
     scraped = set()
     for target in targets:
         host, _, tport = target.rpartition(":")
@@ -458,12 +489,23 @@ def check_ports(d: Deployment) -> list[str]:
             problems.append(f"{where}: METRICS_HOST={cenv.get('METRICS_HOST')} is not reachable from Prometheus")
         container_port = _port_number("metrics", container)
         if container_port != int(cenv.get("METRICS_PORT") or 0):
-            problems.append(f"{where}: containerPort 'metrics' is {container_port}, METRICS_PORT is {cenv.get('METRICS_PORT')}")
+            problems.append(
+                f"{where}: containerPort 'metrics' is {container_port}, METRICS_PORT is {cenv.get('METRICS_PORT')}"
+            )
         annotations = template.get("metadata", {}).get("annotations", {})
-        if annotations.get("prometheus.io/port") != str(container_port) or annotations.get("prometheus.io/scrape") != "true":
-            problems.append(f"{where}: pod annotations prometheus.io/port={annotations.get('prometheus.io/port')!r}, scrape={annotations.get('prometheus.io/scrape')!r}; metrics port {container_port}")
+        if (
+            annotations.get("prometheus.io/port") != str(container_port)
+            or annotations.get("prometheus.io/scrape") != "true"
+        ):
+            problems.append(
+                f"{where}: pod annotations prometheus.io/port={annotations.get('prometheus.io/port')!r}, scrape={annotations.get('prometheus.io/scrape')!r}; metrics port {container_port}"
+            )
         pod_labels = template.get("metadata", {}).get("labels", {})
-        services = [s for s in d.k8s_kind("Service") if s["spec"].get("selector") and s["spec"]["selector"].items() <= pod_labels.items()]
+        services = [
+            s
+            for s in d.k8s_kind("Service")
+            if s["spec"].get("selector") and s["spec"]["selector"].items() <= pod_labels.items()
+        ]
         if not services:
             problems.append(f"{where}: no Service selects the worker pods")
         for svc in services:
@@ -472,8 +514,14 @@ def check_ports(d: Deployment) -> list[str]:
             if not any(_port_number(p.get("targetPort", p.get("port")), container) == container_port for p in sports):
                 problems.append(f"{sname}: no port targets the metrics port {container_port}")
             ann = svc["metadata"].get("annotations", {})
-            if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/port") not in {str(p["port"]) for p in sports if _port_number(p.get("targetPort", p.get("port")), container) == container_port}:
-                problems.append(f"{sname}: annotations prometheus.io/port={ann.get('prometheus.io/port')!r}, scrape={ann.get('prometheus.io/scrape')!r} do not point at the metrics port")
+            if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/port") not in {
+                str(p["port"])
+                for p in sports
+                if _port_number(p.get("targetPort", p.get("port")), container) == container_port
+            }:
+                problems.append(
+                    f"{sname}: annotations prometheus.io/port={ann.get('prometheus.io/port')!r}, scrape={ann.get('prometheus.io/scrape')!r} do not point at the metrics port"
+                )
     return problems
 
 
@@ -482,14 +530,18 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     workers' REDIS_URL and MYSQL_URL name the compose services, database and user."""
     problems = []
     if d.files.get("schema.sql") != facts.schema_sql:
-        problems.append("deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: do not edit it)")
+        problems.append(
+            "deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: do not edit it)"
+        )
     found = d.service_with_image("mariadb") or d.service_with_image("mysql")
     if not found:
         return problems + ["compose.yaml: no mariadb service"]
     db_name, db = found
     init = {t: h for t, h in d.mounts(db).items() if t.startswith("/docker-entrypoint-initdb.d")}
     if not init or any(h != (d.root / "schema.sql").resolve() for h in init.values()):
-        problems.append(f"compose service {db_name}: /docker-entrypoint-initdb.d mounts {sorted(map(str, init.values()))}, not deploy/schema.sql")
+        problems.append(
+            f"compose service {db_name}: /docker-entrypoint-initdb.d mounts {sorted(map(str, init.values()))}, not deploy/schema.sql"
+        )
     db_env = compose_env(db)
     redis_name = (d.service_with_image("redis") or ("?", {}))[0]
     for name, svc in d.worker_services().items():
@@ -498,7 +550,9 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
         want = (db_name, db_env.get("MARIADB_DATABASE"), db_env.get("MARIADB_USER"), db_env.get("MARIADB_PASSWORD"))
         have = (mysql.hostname, mysql.path.lstrip("/"), mysql.username, mysql.password)
         if have != want:
-            problems.append(f"compose service {name}: MYSQL_URL host/database/user/password {have} != the {db_name} service's {want}")
+            problems.append(
+                f"compose service {name}: MYSQL_URL host/database/user/password {have} != the {db_name} service's {want}"
+            )
         if urlsplit(env.get("REDIS_URL", "")).hostname != redis_name:
             problems.append(f"compose service {name}: REDIS_URL does not name the redis service {redis_name!r}")
     return problems
@@ -536,21 +590,29 @@ def check_project(d: Deployment, facts: CodeFacts) -> list[str]:
                 if not (d.context / source).exists():
                     problems.append(f"deploy/Dockerfile: COPY {source}: no such file in the build context")
                 target = workdir / dest
-                copies[source.rstrip("/")] = target / Path(source).name if dest.endswith("/") and not source.endswith("/") else target
+                copies[source.rstrip("/")] = (
+                    target / Path(source).name if dest.endswith("/") and not source.endswith("/") else target
+                )
     conf_target = copies.get("deploy/scrapyd.conf")
     if conf_target != PurePosixPath("/etc/scrapyd/scrapyd.conf"):
-        problems.append(f"deploy/Dockerfile: deploy/scrapyd.conf is copied to {conf_target}, not /etc/scrapyd/scrapyd.conf")
+        problems.append(
+            f"deploy/Dockerfile: deploy/scrapyd.conf is copied to {conf_target}, not /etc/scrapyd/scrapyd.conf"
+        )
     conf = d.files.get("scrapyd.conf")
     eggs_dir = PurePosixPath(conf.get("scrapyd", "eggs_dir")) if conf else None
     if conf and conf.getint("scrapyd", "max_proc", fallback=0) != 1:
-        problems.append("deploy/scrapyd.conf: max_proc must be 1 (a second job could not bind the container's METRICS_PORT)")
+        problems.append(
+            "deploy/scrapyd.conf: max_proc must be 1 (a second job could not bind the container's METRICS_PORT)"
+        )
     runs = " && ".join(args for word, args in d.dockerfile if word == "RUN")
     eggs = [PurePosixPath(p) for p in re.findall(r"scrapyd-deploy\s+--build-egg\s+(\S+)", runs)]
     if not eggs:
         problems.append("deploy/Dockerfile: builds no egg with scrapyd-deploy --build-egg")
     for egg in eggs:
         if egg.parent != (eggs_dir or PurePosixPath("?")) / project:
-            problems.append(f"deploy/Dockerfile: egg {egg} is not in scrapyd.conf's eggs_dir {eggs_dir}/<project {project}>/")
+            problems.append(
+                f"deploy/Dockerfile: egg {egg} is not in scrapyd.conf's eggs_dir {eggs_dir}/<project {project}>/"
+            )
     pins = requirement_pins(d.context)
     for name, version in re.findall(r"(?<![\w.-])([A-Za-z0-9_.-]+)==([^\s&;]+)", runs):
         key = name.lower().replace("_", "-")
@@ -573,12 +635,16 @@ def check_project(d: Deployment, facts: CodeFacts) -> list[str]:
         if projects != [project]:
             problems.append(f"compose service {name} schedules project(s) {projects}, scrapy.cfg deploys {project!r}")
         if not spiders or set(spiders) - facts.spiders:
-            problems.append(f"compose service {name} schedules spider(s) {spiders}; the project has {sorted(facts.spiders)}")
+            problems.append(
+                f"compose service {name} schedules spider(s) {spiders}; the project has {sorted(facts.spiders)}"
+            )
         scheduled_hosts |= set(re.findall(r"[\w-]+", text)) & (set(d.services) - {name})
     if not calls:
         problems.append("compose.yaml: nothing calls schedule.json")
     if scheduled_hosts != workers:
-        problems.append(f"compose.yaml: schedule.json is called on {sorted(scheduled_hosts)}, the scrapyd workers are {sorted(workers)}")
+        problems.append(
+            f"compose.yaml: schedule.json is called on {sorted(scheduled_hosts)}, the scrapyd workers are {sorted(workers)}"
+        )
 
     # k8s: plain `scrapy crawl <spider>` workers, run next to scrapy.cfg.
     cfg_dir = copies.get("scrapy.cfg", PurePosixPath("?")).parent
@@ -588,7 +654,9 @@ def check_project(d: Deployment, facts: CodeFacts) -> list[str]:
         if words[:2] != ["scrapy", "crawl"] or len(words) < 3 or words[2] not in facts.spiders:
             problems.append(f"{where} runs {words}; the project's spiders are {sorted(facts.spiders)}")
         if PurePosixPath(container.get("workingDir", "/")) != cfg_dir:
-            problems.append(f"{where}: workingDir {container.get('workingDir')} is not where the image has scrapy.cfg ({cfg_dir})")
+            problems.append(
+                f"{where}: workingDir {container.get('workingDir')} is not where the image has scrapy.cfg ({cfg_dir})"
+            )
     return problems
 
 
@@ -605,7 +673,9 @@ def check_wiring(d: Deployment) -> list[str]:
     for uid, source in sources.items():
         url = urlsplit(source.get("url", ""))
         if source.get("type") != "prometheus" or not prom or url.hostname != prom[0] or url.port != 9090:
-            problems.append(f"grafana data source {uid}: {source.get('url')} is not the prometheus service on port 9090")
+            problems.append(
+                f"grafana data source {uid}: {source.get('url')} is not the prometheus service on port 9090"
+            )
     for rel, dash in d.dashboards().items():
         used = set()
 
@@ -620,11 +690,15 @@ def check_wiring(d: Deployment) -> list[str]:
                     walk(value)
 
         walk(dash)
-        problems += [f"{rel}: data source uid {uid!r} is not provisioned" for uid in sorted(used - set(sources), key=str)]
+        problems += [
+            f"{rel}: data source uid {uid!r} is not provisioned" for uid in sorted(used - set(sources), key=str)
+        ]
     kustomization = d.files.get("k8s/kustomization.yaml")
     manifests = {rel.removeprefix("k8s/") for rel, _ in d.k8s_docs()} - {"kustomization.yaml"}
     if kustomization and set(kustomization[0].get("resources", [])) != manifests:
-        problems.append(f"k8s/kustomization.yaml lists {sorted(kustomization[0].get('resources', []))}, the files are {sorted(manifests)}")
+        problems.append(
+            f"k8s/kustomization.yaml lists {sorted(kustomization[0].get('resources', []))}, the files are {sorted(manifests)}"
+        )
     return problems
 
 
@@ -638,7 +712,10 @@ def check_podman(d: Deployment) -> list[str]:
         return ["deploy/compose.podman.yaml is missing"]
     problems = []
     services = override[0].get("services", {})
-    problems += [f"compose.podman.yaml: service {name} is not in compose.yaml" for name in sorted(set(services) - set(d.services) - {"docs"})]
+    problems += [
+        f"compose.podman.yaml: service {name} is not in compose.yaml"
+        for name in sorted(set(services) - set(d.services) - {"docs"})
+    ]
     worker_image = re.search(r"^WORKER_IMAGE=(\S+)", script, re.M)
     for name in d.worker_services():
         image = services.get(name, {}).get("image")
@@ -656,7 +733,15 @@ def check_podman(d: Deployment) -> list[str]:
 
 def all_problems(context: Path, facts: CodeFacts) -> list[str]:
     d = Deployment.load(context)
-    return check_env(d, facts) + check_metrics(d, facts) + check_ports(d) + check_storage(d, facts) + check_project(d, facts) + check_wiring(d) + check_podman(d)
+    return (
+        check_env(d, facts)
+        + check_metrics(d, facts)
+        + check_ports(d)
+        + check_storage(d, facts)
+        + check_project(d, facts)
+        + check_wiring(d)
+        + check_podman(d)
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -666,7 +751,18 @@ def all_problems(context: Path, facts: CodeFacts) -> list[str]:
 def test_every_deploy_file_parses_and_the_pieces_are_there():
     d = Deployment.load(ROOT)
     kinds = {rel: type(v).__name__ for rel, v in d.files.items()}
-    for rel in ("Dockerfile", "compose.yaml", "prometheus.yml", "alerts.yml", "scrapyd.conf", "schema.sql", "grafana/dashboard.json", "k8s/worker.yaml", "k8s/secret.yaml", "k8s/service.yaml"):
+    for rel in (
+        "Dockerfile",
+        "compose.yaml",
+        "prometheus.yml",
+        "alerts.yml",
+        "scrapyd.conf",
+        "schema.sql",
+        "grafana/dashboard.json",
+        "k8s/worker.yaml",
+        "k8s/secret.yaml",
+        "k8s/service.yaml",
+    ):
         assert rel in kinds, rel
     assert d.dockerfile[0] == ("FROM", "python:3.11-slim")
     assert set(d.worker_services()) == {"worker1", "worker2"}
@@ -710,12 +806,19 @@ def test_worker_environment_reaches_the_scrapy_settings():
         "import json; from scrapy.utils.project import get_project_settings; from scrapy_frontier.addon import DistributedAddon; "
         "s = get_project_settings(); DistributedAddon().update_settings(s); print(json.dumps({k: s.get(k) for k in json.loads(input())}))"
     )
-    base = {k: v for k, v in os.environ.items() if k not in {"SCRAPY_SETTINGS_MODULE"} | {n for _, e in envs for n in e}}
+    base = {
+        k: v for k, v in os.environ.items() if k not in {"SCRAPY_SETTINGS_MODULE"} | {n for _, e in envs for n in e}
+    }
     for where, env in envs:
         env = {k: str(v) for k, v in env.items()}
         done = subprocess.run(
-            [sys.executable, "-c", script], input=json.dumps(sorted(env)), cwd=ROOT,
-            env={**base, "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=60,
+            [sys.executable, "-c", script],
+            input=json.dumps(sorted(env)),
+            cwd=ROOT,
+            env={**base, "PYTHONPATH": str(ROOT), **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert done.returncode == 0, done.stderr
         assert {k: str(v) for k, v in json.loads(done.stdout).items()} == env, where
@@ -746,55 +849,195 @@ def broken(tmp_path, facts):
     ("rel", "old", "new", "reported"),
     [
         # environment variable names
-        ("deploy/compose.yaml", 'LOG_JSON: "1"', 'LOG_JSONN: "1"', "compose service worker1 sets LOG_JSONN, which the code does not read"),
+        (
+            "deploy/compose.yaml",
+            'LOG_JSON: "1"',
+            'LOG_JSONN: "1"',
+            "compose service worker1 sets LOG_JSONN, which the code does not read",
+        ),
         ("deploy/k8s/worker.yaml", "name: LOG_JSON", "name: LOG_FORMAT", "k8s container worker sets LOG_FORMAT"),
-        ("deploy/k8s/secret.yaml", "REDIS_URL: redis://", "REDIS_ADDR: redis://", "(Secret crawler-connections) sets REDIS_ADDR"),
-        ("deploy/k8s/secret.yaml", "name: crawler-connections", "name: connections", "reads Secret 'crawler-connections', which deploy/k8s/ does not define"),
-        ("deploy/Dockerfile", "ENV METRICS_HOST=0.0.0.0", "ENV METRIC_HOST=0.0.0.0", "deploy/Dockerfile ENV sets METRIC_HOST"),
+        (
+            "deploy/k8s/secret.yaml",
+            "REDIS_URL: redis://",
+            "REDIS_ADDR: redis://",
+            "(Secret crawler-connections) sets REDIS_ADDR",
+        ),
+        (
+            "deploy/k8s/secret.yaml",
+            "name: crawler-connections",
+            "name: connections",
+            "reads Secret 'crawler-connections', which deploy/k8s/ does not define",
+        ),
+        (
+            "deploy/Dockerfile",
+            "ENV METRICS_HOST=0.0.0.0",
+            "ENV METRIC_HOST=0.0.0.0",
+            "deploy/Dockerfile ENV sets METRIC_HOST",
+        ),
         # metric and label names
-        ("deploy/grafana/dashboard.json", "max(crawler_frontier_depth{", "max(crawler_frontier_size{", "metric crawler_frontier_size is not exposed"),
+        (
+            "deploy/grafana/dashboard.json",
+            "max(crawler_frontier_depth{",
+            "max(crawler_frontier_size{",
+            "metric crawler_frontier_size is not exposed",
+        ),
         ("deploy/grafana/dashboard.json", "sum by (status)", "sum by (code)", "label code is on no exposed metric"),
-        ("deploy/grafana/dashboard.json", "crawler_download_latency_seconds_count", "crawler_download_latency_count", "metric crawler_download_latency_count is not exposed"),
-        ("deploy/grafana/dashboard.json", "label_values(crawler_pages_total, spider)", "label_values(crawler_page_total, spider)", "metric crawler_page_total is not exposed"),
-        ("deploy/grafana/dashboard.json", "crawler_throttled_hosts", "crawler_frontier_depth", "no panel for crawler_throttled_hosts"),
-        ("deploy/alerts.yml", "crawler_pages_total[10m]", "crawler_pages[10m]", "alert CrawlerFrontierStalled: metric crawler_pages is not exposed"),
+        (
+            "deploy/grafana/dashboard.json",
+            "crawler_download_latency_seconds_count",
+            "crawler_download_latency_count",
+            "metric crawler_download_latency_count is not exposed",
+        ),
+        (
+            "deploy/grafana/dashboard.json",
+            "label_values(crawler_pages_total, spider)",
+            "label_values(crawler_page_total, spider)",
+            "metric crawler_page_total is not exposed",
+        ),
+        (
+            "deploy/grafana/dashboard.json",
+            "crawler_throttled_hosts",
+            "crawler_frontier_depth",
+            "no panel for crawler_throttled_hosts",
+        ),
+        (
+            "deploy/alerts.yml",
+            "crawler_pages_total[10m]",
+            "crawler_pages[10m]",
+            "alert CrawlerFrontierStalled: metric crawler_pages is not exposed",
+        ),
         # the metrics port
         ("deploy/prometheus.yml", "worker2:9410", "worker2:9411", "target worker2:9411 is not the metrics port 9410"),
         ("deploy/prometheus.yml", "- worker2:9410\n", "", "worker2 is not scraped"),
         ("deploy/Dockerfile", "EXPOSE 6800 9410", "EXPOSE 6800 9411", "lacks METRICS_PORT 9410"),
         ("deploy/Dockerfile", "METRICS_PORT=9410", "METRICS_PORT=9410-9429", "must be one fixed port"),
-        ("deploy/compose.yaml", 'METRICS_PORT: "9410"', 'METRICS_PORT: "9420"', "compose service worker2: METRICS_PORT=9420"),
-        ("deploy/compose.yaml", "METRICS_HOST: 0.0.0.0", "METRICS_HOST: 127.0.0.1", "METRICS_HOST=127.0.0.1 is not reachable"),
+        (
+            "deploy/compose.yaml",
+            'METRICS_PORT: "9410"',
+            'METRICS_PORT: "9420"',
+            "compose service worker2: METRICS_PORT=9420",
+        ),
+        (
+            "deploy/compose.yaml",
+            "METRICS_HOST: 0.0.0.0",
+            "METRICS_HOST: 127.0.0.1",
+            "METRICS_HOST=127.0.0.1 is not reachable",
+        ),
         ("deploy/k8s/worker.yaml", "containerPort: 9410", "containerPort: 9420", "containerPort 'metrics' is 9420"),
         ("deploy/k8s/worker.yaml", 'value: "9410"', 'value: "9420"', "k8s container worker: METRICS_PORT=9420"),
-        ("deploy/k8s/service.yaml", 'prometheus.io/port: "9410"', 'prometheus.io/port: "80"', "k8s Service crawler-metrics: annotations prometheus.io/port='80'"),
+        (
+            "deploy/k8s/service.yaml",
+            'prometheus.io/port: "9410"',
+            'prometheus.io/port: "80"',
+            "k8s Service crawler-metrics: annotations prometheus.io/port='80'",
+        ),
         ("deploy/k8s/service.yaml", "targetPort: metrics", "targetPort: 8080", "no port targets the metrics port 9410"),
-        ("deploy/k8s/service.yaml", "app.kubernetes.io/component: worker", "app.kubernetes.io/component: web", "no Service selects the worker pods"),
+        (
+            "deploy/k8s/service.yaml",
+            "app.kubernetes.io/component: worker",
+            "app.kubernetes.io/component: web",
+            "no Service selects the worker pods",
+        ),
         # schema and storage URLs
-        ("deploy/compose.yaml", "./schema.sql:/docker-entrypoint-initdb.d/", "./alerts.yml:/docker-entrypoint-initdb.d/", "not deploy/schema.sql"),
+        (
+            "deploy/compose.yaml",
+            "./schema.sql:/docker-entrypoint-initdb.d/",
+            "./alerts.yml:/docker-entrypoint-initdb.d/",
+            "not deploy/schema.sql",
+        ),
         ("deploy/schema.sql", "ENGINE=InnoDB", "ENGINE=MyISAM", "deploy/schema.sql differs"),
-        ("deploy/compose.yaml", "@mariadb:3306/crawl", "@mariadb:3306/crawler", "MYSQL_URL host/database/user/password"),
-        ("deploy/compose.yaml", "redis://redis:6379/0", "redis://cache:6379/0", "REDIS_URL does not name the redis service"),
+        (
+            "deploy/compose.yaml",
+            "@mariadb:3306/crawl",
+            "@mariadb:3306/crawler",
+            "MYSQL_URL host/database/user/password",
+        ),
+        (
+            "deploy/compose.yaml",
+            "redis://redis:6379/0",
+            "redis://cache:6379/0",
+            "REDIS_URL does not name the redis service",
+        ),
         # project, spiders, image
         ("scrapy.cfg", "project = crawler", "project = crawl", "scrapy.cfg deploys 'crawl'"),
         ("deploy/compose.yaml", "-d spider=site", "-d spider=sites", "schedules spider(s) ['sites']"),
-        ("deploy/compose.yaml", "for worker in worker1 worker2;", "for worker in worker1;", "schedule.json is called on ['worker1']"),
-        ("deploy/k8s/worker.yaml", '["scrapy", "crawl", "site"]', '["scrapy", "crawl", "sites"]', "runs ['scrapy', 'crawl', 'sites']"),
-        ("deploy/k8s/worker.yaml", "workingDir: /app", "workingDir: /srv", "workingDir /srv is not where the image has scrapy.cfg"),
+        (
+            "deploy/compose.yaml",
+            "for worker in worker1 worker2;",
+            "for worker in worker1;",
+            "schedule.json is called on ['worker1']",
+        ),
+        (
+            "deploy/k8s/worker.yaml",
+            '["scrapy", "crawl", "site"]',
+            '["scrapy", "crawl", "sites"]',
+            "runs ['scrapy', 'crawl', 'sites']",
+        ),
+        (
+            "deploy/k8s/worker.yaml",
+            "workingDir: /app",
+            "workingDir: /srv",
+            "workingDir /srv is not where the image has scrapy.cfg",
+        ),
         ("deploy/Dockerfile", "eggs/crawler/0.egg", "eggs/crawl/0.egg", "is not in scrapyd.conf's eggs_dir"),
-        ("deploy/Dockerfile", "scrapyd==1.6.0", "scrapyd==1.5.0", "installs scrapyd==1.5.0, the requirements pin 1.6.0"),
-        ("deploy/Dockerfile", "COPY deploy/scrapyd.conf", "COPY deploy/scrapyd.cfg", "COPY deploy/scrapyd.cfg: no such file"),
+        (
+            "deploy/Dockerfile",
+            "scrapyd==1.6.0",
+            "scrapyd==1.5.0",
+            "installs scrapyd==1.5.0, the requirements pin 1.6.0",
+        ),
+        (
+            "deploy/Dockerfile",
+            "COPY deploy/scrapyd.conf",
+            "COPY deploy/scrapyd.cfg",
+            "COPY deploy/scrapyd.cfg: no such file",
+        ),
         ("deploy/scrapyd.conf", "max_proc = 1", "max_proc = 4", "max_proc must be 1"),
         # wiring
-        ("deploy/grafana/provisioning/datasources/prometheus.yml", "uid: prometheus", "uid: prom", "data source uid 'prometheus' is not provisioned"),
-        ("deploy/grafana/provisioning/datasources/prometheus.yml", "http://prometheus:9090", "http://prometheus:9091", "is not the prometheus service on port 9090"),
-        ("deploy/compose.yaml", "./grafana/dashboard.json:/var/lib/grafana/dashboards/", "./grafana/dashboard.json:/var/lib/grafana/other/", "grafana/dashboard.json is not loaded"),
-        ("deploy/compose.yaml", "./prometheus.yml:/etc/prometheus/prometheus.yml", "./alerts.yml:/etc/prometheus/prometheus.yml", "does not load deploy/prometheus.yml"),
+        (
+            "deploy/grafana/provisioning/datasources/prometheus.yml",
+            "uid: prometheus",
+            "uid: prom",
+            "data source uid 'prometheus' is not provisioned",
+        ),
+        (
+            "deploy/grafana/provisioning/datasources/prometheus.yml",
+            "http://prometheus:9090",
+            "http://prometheus:9091",
+            "is not the prometheus service on port 9090",
+        ),
+        (
+            "deploy/compose.yaml",
+            "./grafana/dashboard.json:/var/lib/grafana/dashboards/",
+            "./grafana/dashboard.json:/var/lib/grafana/other/",
+            "grafana/dashboard.json is not loaded",
+        ),
+        (
+            "deploy/compose.yaml",
+            "./prometheus.yml:/etc/prometheus/prometheus.yml",
+            "./alerts.yml:/etc/prometheus/prometheus.yml",
+            "does not load deploy/prometheus.yml",
+        ),
         ("deploy/k8s/kustomization.yaml", "  - service.yaml\n", "", "k8s/kustomization.yaml lists"),
         # the podman override (deploy/smoke.sh)
-        ("deploy/compose.podman.yaml", "  prometheus:\n", "  prometheus2:\n", "service prometheus2 is not in compose.yaml"),
-        ("deploy/compose.podman.yaml", "image: localhost/crawler-worker:smoke", "image: crawler-worker", "worker1 runs crawler-worker, not the image smoke.sh builds"),
-        ("deploy/compose.podman.yaml", "image: localhost/crawler-smoke-redis:bookworm", "image: redis:7.4", "redis is not a local image"),
+        (
+            "deploy/compose.podman.yaml",
+            "  prometheus:\n",
+            "  prometheus2:\n",
+            "service prometheus2 is not in compose.yaml",
+        ),
+        (
+            "deploy/compose.podman.yaml",
+            "image: localhost/crawler-worker:smoke",
+            "image: crawler-worker",
+            "worker1 runs crawler-worker, not the image smoke.sh builds",
+        ),
+        (
+            "deploy/compose.podman.yaml",
+            "image: localhost/crawler-smoke-redis:bookworm",
+            "image: redis:7.4",
+            "redis is not a local image",
+        ),
         ("deploy/smoke.sh", "worker2 prometheus docs", "worker2 prometheus docs web", "smoke.sh starts service web"),
     ],
 )

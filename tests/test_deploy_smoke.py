@@ -27,7 +27,17 @@ CONTAINERS_CONF = ROOT / "deploy" / "podman" / "containers.conf"
 #: The script's default site: the docs' c-api/ directory alone.
 SUBTREE = "c-api"
 #: What the script copies into a broken copy of the repository.
-PROJECT_FILES = ("deploy", "crawler", "scrapy_frontier", "setup.py", "pyproject.toml", "README.md", "scrapy.cfg", "requirements.txt", "tests/oracle.py")
+PROJECT_FILES = (
+    "deploy",
+    "crawler",
+    "scrapy_frontier",
+    "setup.py",
+    "pyproject.toml",
+    "README.md",
+    "scrapy.cfg",
+    "requirements.txt",
+    "tests/oracle.py",
+)
 FAILURE = re.compile(r"^deploy/smoke\.sh: failed at step '([a-z ]+)': (.+) \(log: (\S+)\)$")
 
 
@@ -45,7 +55,10 @@ def podman_unusable() -> str | None:
     try:
         probe = subprocess.run(
             ["podman", "run", "--rm", "--network", "none", "--rootfs", "/:O", "/bin/true"],
-            env=podman_env(), capture_output=True, text=True, timeout=120,
+            env=podman_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
     except subprocess.TimeoutExpired:
         return "podman run of a trivial container did not end in 120 s"
@@ -75,9 +88,13 @@ def leftovers(project: str) -> list[str]:
     found = []
     for what in (["ps", "-a"], ["pod", "ps"], ["volume", "ls"], ["network", "ls"]):
         names = "{{.Names}}" if what[0] == "ps" else "{{.Name}}"
-        done = subprocess.run(["podman", *what, "--format", names], env=podman_env(), capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["podman", *what, "--format", names], env=podman_env(), capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
-        found += [f"{what[0]} {name}" for name in done.stdout.split() if name.startswith((project + "_", "pod_" + project))]
+        found += [
+            f"{what[0]} {name}" for name in done.stdout.split() if name.startswith((project + "_", "pod_" + project))
+        ]
     return found
 
 
@@ -135,7 +152,13 @@ def test_the_image_built_a_compose_crawl_stored_and_prometheus_scraped(podman, t
     print(done.stdout)
     got = figures(done.stdout)
     assert done.stdout.splitlines()[-1] == "smoke: ok"
-    assert got["pages"] == {"expected": str(len(expected)), "stored": str(len(expected)), "duplicates": "0", "missing": "0", "extra": "0"}
+    assert got["pages"] == {
+        "expected": str(len(expected)),
+        "stored": str(len(expected)),
+        "duplicates": "0",
+        "missing": "0",
+        "extra": "0",
+    }
     assert got["jobs"]["finished"] == "2"
     assert sum(int(n) for n in got["jobs"]["items"].split(",")) == len(expected)
     assert got["prometheus"]["up"] == "worker1:9410,worker2:9410"
@@ -157,7 +180,9 @@ def test_a_broken_build_fails_with_one_line_naming_the_step_and_leaves_nothing(p
     repo = tmp_path / "repo"
     copy_repository(repo)
     dockerfile = repo / "deploy" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace("COPY requirements.txt ./", "COPY requirements-missing.txt ./"))
+    dockerfile.write_text(
+        dockerfile.read_text().replace("COPY requirements.txt ./", "COPY requirements-missing.txt ./")
+    )
 
     done = run_script(repo / "deploy" / "smoke.sh", timeout=1500)
     assert done.returncode == 1
@@ -182,7 +207,11 @@ def test_a_failed_start_removes_the_containers_and_the_network(podman, tmp_path)
     repo = tmp_path / "repo"
     copy_repository(repo)
     override = repo / "deploy" / "compose.podman.yaml"
-    override.write_text(override.read_text().replace("localhost/crawler-smoke-prometheus:bookworm", "localhost/crawler-smoke-missing:none"))
+    override.write_text(
+        override.read_text().replace(
+            "localhost/crawler-smoke-prometheus:bookworm", "localhost/crawler-smoke-missing:none"
+        )
+    )
 
     done = run_script(repo / "deploy" / "smoke.sh", "--workdir", str(tmp_path / "smoke"), timeout=1500)
     assert done.returncode == 1

@@ -47,7 +47,13 @@ def test_bloom_chain_grows_and_keeps_every_fingerprint(redis_client):
     assert add_all(bloom, seen) == [0] * 7000, "a fingerprint was lost"
     layout = {k.decode(): int(float(v)) for k, v in redis_client.hgetall(KEYS.bloom).items()}
     # 2000 + 4000 filled, the third (8000) holds the last 1000
-    assert (layout["n"], layout["count"], layout["0:count"], layout["1:count"], layout["2:count"]) == (3, 7000, 2000, 4000, 1000)
+    assert (layout["n"], layout["count"], layout["0:count"], layout["1:count"], layout["2:count"]) == (
+        3,
+        7000,
+        2000,
+        4000,
+        1000,
+    )
     assert (layout["0:bits"], layout["0:k"]) == bloom_size(2000, 1e-6 / 2)
     fresh = add_all(bloom, fingerprints("fresh", 20000))
     # the chain's rate is below 1e-6: among 20,000 new fingerprints, none should look seen
@@ -80,7 +86,10 @@ def test_recrawl_age_lets_old_fingerprints_through(redis_client):
     assert redis_client.zscore(KEYS.dupefilter, fp[0]) == 1_060_001
 
 
-@pytest.mark.parametrize("config", [DedupConfig(), DedupConfig(mode="set"), DedupConfig(recrawl_age=3600), DedupConfig(mode="bloom", capacity=100)])
+@pytest.mark.parametrize(
+    "config",
+    [DedupConfig(), DedupConfig(mode="set"), DedupConfig(recrawl_age=3600), DedupConfig(mode="bloom", capacity=100)],
+)
 def test_forget_lets_a_fingerprint_through_once(config, redis_client):
     dupefilter = Dupefilter(redis_client, KEYS, config)
     fps = fingerprints("f", 5)
@@ -94,7 +103,10 @@ def test_forget_lets_a_fingerprint_through_once(config, redis_client):
     ("settings", "message"),
     [
         ({"DUPEFILTER_MODE": "cuckoo"}, "DUPEFILTER_MODE='cuckoo': must be one of exact, set, bloom"),
-        ({"DUPEFILTER_MODE": "bloom", "DUPEFILTER_RECRAWL_AGE": "60"}, "DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact"),
+        (
+            {"DUPEFILTER_MODE": "bloom", "DUPEFILTER_RECRAWL_AGE": "60"},
+            "DUPEFILTER_RECRAWL_AGE needs DUPEFILTER_MODE=exact",
+        ),
         ({"DUPEFILTER_BLOOM_ERROR_RATE": "2"}, "DUPEFILTER_BLOOM_ERROR_RATE=2.0: must be between 0 and 1"),
         ({"DUPEFILTER_BLOOM_CAPACITY": "many"}, "DUPEFILTER_BLOOM_CAPACITY='many' is not a valid int"),
         ({"DUPEFILTER_BLOOM_CAPACITY": "inf"}, "DUPEFILTER_BLOOM_CAPACITY='inf' is not a valid int"),
@@ -117,7 +129,9 @@ def test_claim_records_the_fingerprinter_and_refuses_another(redis_url, redis_cl
         try:
             assert await claim(client, KEYS, DedupConfig(), RequestFingerprinter()) is True
             assert await claim(client, KEYS, DedupConfig(), RequestFingerprinter()) is False
-            with pytest.raises(DupefilterMismatch, match="written by fingerprinter scrapy.utils.request.RequestFingerprinter"):
+            with pytest.raises(
+                DupefilterMismatch, match="written by fingerprinter scrapy.utils.request.RequestFingerprinter"
+            ):
                 await claim(client, KEYS, DedupConfig(), OtherFingerprinter())
             with pytest.raises(DupefilterMismatch, match="is in layout 'packed', but this worker is set for 'bloom'"):
                 await claim(client, KEYS, DedupConfig(mode="bloom"), RequestFingerprinter())
@@ -146,7 +160,13 @@ def test_claim_adopts_a_scrapy_redis_dupefilter_of_the_same_layout(redis_url, re
 def test_bloom_crawl_fetches_every_page_once(tutorial_site, start_worker, redis_url, redis_client, tmp_path):
     site, expected = tutorial_site
     db = tmp_path / "crawl.sqlite3"
-    settings = {**DISTRIBUTED, "DUPEFILTER_MODE": "bloom", "DUPEFILTER_BLOOM_CAPACITY": "4", "SCHEDULER_PERSIST": "True", "SQLITE_PATH": str(db)}
+    settings = {
+        **DISTRIBUTED,
+        "DUPEFILTER_MODE": "bloom",
+        "DUPEFILTER_BLOOM_CAPACITY": "4",
+        "SCHEDULER_PERSIST": "True",
+        "SQLITE_PATH": str(db),
+    }
     workers = [start_worker(settings=settings, env={"REDIS_URL": redis_url}) for _ in range(2)]
     for w in workers:
         w.wait_for("Joined the crawl")
@@ -164,7 +184,9 @@ def test_bloom_crawl_fetches_every_page_once(tutorial_site, start_worker, redis_
 
 
 def test_worker_refuses_a_dupefilter_of_another_fingerprinter(start_worker, redis_url, redis_client):
-    redis_client.hset(KEYS.dupefilter_meta, mapping={"fingerprinter": "old.Fingerprinter", "probe": "0" * 40, "layout": "set"})
+    redis_client.hset(
+        KEYS.dupefilter_meta, mapping={"fingerprinter": "old.Fingerprinter", "probe": "0" * 40, "layout": "set"}
+    )
     worker = start_worker(settings=DISTRIBUTED, env={"REDIS_URL": redis_url})
     assert worker.wait() == 2
     assert "was written by fingerprinter old.Fingerprinter" in worker.output
@@ -206,7 +228,12 @@ def test_a_running_worker_fetches_a_forgotten_url_again(docs_site, start_worker,
     Redis again (at its next heartbeat), so a page that links to the forgotten URL queues it."""
     out = tmp_path / "items.jsonl"
     index = f"{docs_site.url}index.html"
-    settings = {**DISTRIBUTED, "DOMAIN_RATE_LIMIT": "25", "FRONTIER_HEARTBEAT_INTERVAL": "0.5", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})}
+    settings = {
+        **DISTRIBUTED,
+        "DOMAIN_RATE_LIMIT": "25",
+        "FRONTIER_HEARTBEAT_INTERVAL": "0.5",
+        "FEEDS": json.dumps({str(out): {"format": "jsonlines"}}),
+    }
     worker = start_worker(settings=settings, env={"REDIS_URL": redis_url})
     worker.wait_for("Joined the crawl")
     redis_client.lpush("site:start_urls", index)

@@ -146,9 +146,14 @@ def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mys
         after_effects = ("Reclaimed", "rejoining", "without knowing")
         problems = [line for line in redis_lines(w.output) if not any(a in line for a in after_effects)]
         shown = "\n".join(problems)
-        assert [line for line in problems if " ERROR: " in line] == [line for line in problems if "Redis unreachable" in line], shown
+        assert [line for line in problems if " ERROR: " in line] == [
+            line for line in problems if "Redis unreachable" in line
+        ], shown
         assert len(problems) == 2 * ("Redis unreachable" in w.output), shown
-        assert w.output.count("Redis is reachable again") == w.output.count("Redis unreachable") and "Traceback" not in w.output
+        assert (
+            w.output.count("Redis is reachable again") == w.output.count("Redis unreachable")
+            and "Traceback" not in w.output
+        )
     client.close()
 
 
@@ -177,14 +182,27 @@ def test_redis_out_of_memory_mid_crawl(logged_site, start_worker, throwaway_redi
         assert w.wait(180) == 0, w.output[-3000:]
     urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
     figures = report("redis_out_of_memory", logged_site, urls, client, client.llen("site:items:pending"))
-    print("FIGURES", json.dumps({"leases_held_while_refused": held, "stored_at_raise": stored_meanwhile, "refused_writes": [w.stat("frontier/redis_refused_writes") for w in workers]}))
+    print(
+        "FIGURES",
+        json.dumps(
+            {
+                "leases_held_while_refused": held,
+                "stored_at_raise": stored_meanwhile,
+                "refused_writes": [w.stat("frontier/redis_refused_writes") for w in workers],
+            }
+        ),
+    )
     assert set(urls) == expected(logged_site)
     assert figures["duplicate_rows"] == 0 and figures["leases_left"] == 0 and figures["pending_left"] == 0
     for w in workers:
         lines = redis_lines(w.output)
         assert len(lines) == 2, lines
         error, back = lines
-        assert " ERROR: Redis refuses writes: it is out of memory (used_memory " in error and "maxmemory " in error and "CONFIG SET maxmemory" in error
+        assert (
+            " ERROR: Redis refuses writes: it is out of memory (used_memory " in error
+            and "maxmemory " in error
+            and "CONFIG SET maxmemory" in error
+        )
         assert " WARNING: Redis accepts writes again after " in back
         assert "Traceback" not in w.output and "unreachable" not in w.output
         assert w.stat("frontier/redis_out_of_memory") == 1
@@ -215,7 +233,9 @@ def test_mysql_stopped_for_20_seconds(logged_site, start_worker, redis_url, redi
     assert spilled > 0 and replayed == spilled
 
 
-def test_mysql_connections_killed_twice(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query, mysql_server):
+def test_mysql_connections_killed_twice(
+    logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query, mysql_server
+):
     conn, name = mysql_server
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     workers = [start_worker(settings=SLOW, env=env) for _ in range(2)]
@@ -225,7 +245,9 @@ def test_mysql_connections_killed_twice(logged_site, start_worker, redis_url, re
     for threshold in (80, 250):
         wait_stored(lambda: count_or_zero(mysql_query), threshold)
         with conn.cursor() as cur:
-            cur.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()", (name,))
+            cur.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()", (name,)
+            )
             for (conn_id,) in cur.fetchall():
                 cur.execute(f"KILL {conn_id}")
     for w in workers:
@@ -272,7 +294,10 @@ def test_sigterm_returns_leases_at_once(logged_site, start_worker, redis_url, re
     assert holder.wait(30) == 0
     # at the engine's stop (the frontier task's next tick), or when the spider closes, if that
     # comes first (a loaded machine): either way at once, not after the node timeout
-    handed = re.search(r"returned (\d+) requests not yet started to the frontier|Returned (\d+) leased requests to the frontier", holder.output)
+    handed = re.search(
+        r"returned (\d+) requests not yet started to the frontier|Returned (\d+) leased requests to the frontier",
+        holder.output,
+    )
     assert handed and int(handed.group(1) or handed.group(2)) >= 40, holder.output[-3000:]
     assert other.wait(180) == 0, other.output[-3000:]
     urls = [r[0] for r in mysql_query("SELECT url FROM pages")]
@@ -285,17 +310,28 @@ def test_sigterm_returns_leases_at_once(logged_site, start_worker, redis_url, re
 def test_failed_url_is_dead_lettered_then_requeued(flaky_site, start_worker, redis_url, redis_client, tmp_path):
     base, log = flaky_site
     out = tmp_path / "items.jl"
-    settings = {"SPIDER_MODULES": "tests.spiders", "MAX_IDLE_TIME_BEFORE_CLOSE": "2", "RETRY_TIMES": "2", "FEEDS": json.dumps({str(out): {"format": "jsonlines"}})}
+    settings = {
+        "SPIDER_MODULES": "tests.spiders",
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "2",
+        "RETRY_TIMES": "2",
+        "FEEDS": json.dumps({str(out): {"format": "jsonlines"}}),
+    }
     worker = start_worker("probe", settings=settings, env={"REDIS_URL": redis_url})
     worker.wait_for("Joined the crawl")
     redis_client.lpush("probe:start_urls", f"{base}/fixed/a", f"{base}/ok")
     assert worker.wait() == 0
     failed = [json.loads(r) for r in redis_client.lrange("probe:requests:failed", 0, -1)]
-    assert [(f["url"], f["reason"], f["status"], f["attempts"]) for f in failed] == [(f"{base}/fixed/a", "retries_exhausted", 500, 3)]
+    assert [(f["url"], f["reason"], f["status"], f["attempts"]) for f in failed] == [
+        (f"{base}/fixed/a", "retries_exhausted", 500, 3)
+    ]
     (tmp_path / "requests.log.fixed").touch()  # the server is fixed
     requeue = subprocess.run(
         [sys.executable, "-m", "scrapy", "requeue", "probe", "--json"],
-        cwd=ROOT, env={"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert requeue.returncode == 0, requeue.stderr
     assert json.loads(requeue.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}
@@ -351,7 +387,9 @@ def short_wait_mariadb(tmp_path):
     db.stop()
 
 
-def test_an_idle_connection_the_server_closed_is_reopened_quietly(docs_site, start_worker, redis_url, redis_client, short_wait_mariadb):
+def test_an_idle_connection_the_server_closed_is_reopened_quietly(
+    docs_site, start_worker, redis_url, redis_client, short_wait_mariadb
+):
     """The server closes the storage connection while the worker is idle (8 s, wait_timeout 3 s):
     the next item is stored on a new connection, with no error line - that is not an outage."""
     worker = probe_worker(start_worker, redis_url, short_wait_mariadb.url)
@@ -367,7 +405,9 @@ def test_an_idle_connection_the_server_closed_is_reopened_quietly(docs_site, sta
     assert worker.stat("storage/retries") == 0 and worker.stat("item_stored_count") == 2
 
 
-def test_a_table_dropped_mid_crawl_is_created_again(docs_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_a_table_dropped_mid_crawl_is_created_again(
+    docs_site, start_worker, redis_url, redis_client, mysql_url, mysql_query
+):
     """``DROP TABLE items`` while the worker runs: its next batch finds the table missing (MySQL
     error 1146), creates it again from the schema and is written, with one warning line."""
     worker = probe_worker(start_worker, redis_url, mysql_url)

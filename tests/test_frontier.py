@@ -171,7 +171,13 @@ def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redi
         stored = await r.lrange(q + "#0", 0, -1)
         assert not await r.exists(q)  # no sorted set for priority 0
         duplicates: list = []
-        assert await f.push([Entry("https://www.example.com/a?b=1", host, 0, requests["https://www.example.com/a?b=1"])], duplicates=duplicates) == 0
+        assert (
+            await f.push(
+                [Entry("https://www.example.com/a?b=1", host, 0, requests["https://www.example.com/a?b=1"])],
+                duplicates=duplicates,
+            )
+            == 0
+        )
         taken = await f.lease(10)
         # the lease hash holds each request as its queue stored it, under a short field
         held = await r.hgetall(f.lease_key)
@@ -182,18 +188,28 @@ def test_a_queued_request_is_stored_without_its_host_and_leased_as_its_json(redi
         return stored, duplicates, payloads(taken)
 
     stored, duplicates, taken = run(with_frontier(redis_url, go))
-    assert stored == [b'/a?b=1","meta":{"depth":2}}', b'h:8080/p","callback":"parse_item"}', b'"}', b'{"url":"https://www.example.com.evil/"}']
+    assert stored == [
+        b'/a?b=1","meta":{"depth":2}}',
+        b'h:8080/p","callback":"parse_item"}',
+        b'"}',
+        b'{"url":"https://www.example.com.evil/"}',
+    ]
     assert duplicates == [requests["https://www.example.com/a?b=1"]]
     assert taken == [p.encode() for p in requests.values()]
 
 
 def test_compact_payload_keeps_whatever_it_cannot_write_back():
     assert compact_payload('{"url":"https://h.example/x"}', "h.example") == '/x"}'
-    assert compact_payload('{"url":"https://H.example/x"}', "h.example") == '{"url":"https://H.example/x"}'  # the host as written
+    assert (
+        compact_payload('{"url":"https://H.example/x"}', "h.example") == '{"url":"https://H.example/x"}'
+    )  # the host as written
     assert compact_payload('{"url":"http://[::1]:80/x"}', "::1") == '{"url":"http://[::1]:80/x"}'
     assert compact_payload('{"url":"https://h.examples/x"}', "h.example") == '{"url":"https://h.examples/x"}'
     assert compact_payload('{"url":"ftp://h.example/x"}', "h.example") == '{"url":"ftp://h.example/x"}'
-    assert compact_payload('{"meta":{},"url":"https://h.example/x"}', "h.example") == '{"meta":{},"url":"https://h.example/x"}'
+    assert (
+        compact_payload('{"meta":{},"url":"https://h.example/x"}', "h.example")
+        == '{"meta":{},"url":"https://h.example/x"}'
+    )
 
 
 def test_priorities_around_the_default_are_served_in_order(redis_url):
@@ -242,7 +258,12 @@ def test_a_queue_written_before_is_read_in_order_and_counted_once(redis_url):
     marked, depth, served, left, hosts, ranked = run(with_frontier(redis_url, go))
     assert marked == (1, 0)
     assert depth == 3
-    assert served == ["https://old.example/first", "https://old.example/a", "https://old.example/b", "https://old.example/c"]
+    assert served == [
+        "https://old.example/first",
+        "https://old.example/a",
+        "https://old.example/b",
+        "https://old.example/c",
+    ]
     assert left == [] and hosts == 0 and ranked == set()  # gone with the queue
 
 

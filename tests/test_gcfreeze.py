@@ -35,7 +35,9 @@ def test_objects_alive_at_open_are_frozen_and_garbage_is_collected_first(unfreez
     extension.spider_opened(Spider(name="s"))
     assert garbage() is None, "startup garbage was frozen instead of collected"
     assert gc.get_freeze_count() > 1000
-    assert not any(o is kept for o in gc.get_objects(generation=2)), "an object alive at open is still walked by full collections"
+    assert not any(o is kept for o in gc.get_objects(generation=2)), (
+        "an object alive at open is still walked by full collections"
+    )
 
 
 def test_off_when_the_setting_says_so():

@@ -57,7 +57,9 @@ def test_dict_dataclass_and_attrs_items_are_stored(docs_site, start_worker, mysq
     the crawl produced are created (not those of crawler.items, declared too)."""
     urls = [docs_site.url + p for p in PAGES]
     settings = {**KINDS, "STORAGE_DOCUMENT_KEY": "url", "STORAGE_ITEM_TYPES": "tests.items,crawler.items"}
-    worker = start_worker("kinds", settings=settings, env={"MYSQL_URL": mysql_url}, args=["-a", f"urls={' '.join(urls)}"])
+    worker = start_worker(
+        "kinds", settings=settings, env={"MYSQL_URL": mysql_url}, args=["-a", f"urls={' '.join(urls)}"]
+    )
     assert worker.wait() == 0, worker.output[-3000:]
     assert "Traceback" not in worker.output
     assert tables(mysql_query) == {"articles", "headings", "items"}
@@ -79,7 +81,11 @@ def test_dict_dataclass_and_attrs_items_are_stored(docs_site, start_worker, mysq
     assert stored == expected
 
     announced = [line for line in worker.output.splitlines() if "have no schema" in line]
-    assert sorted(re.search(r"Items of type (\S+) ", line).group(1) for line in announced) == ["dict", "tests.spiders.kinds.Note", "tests.spiders.kinds.Tag"]
+    assert sorted(re.search(r"Items of type (\S+) ", line).group(1) for line in announced) == [
+        "dict",
+        "tests.spiders.kinds.Note",
+        "tests.spiders.kinds.Tag",
+    ]
     assert all(" INFO: " in line and "table 'items'" in line and "docs/items.md" in line for line in announced)
     assert worker.stat("storage/written/items") == 12 and worker.stat("storage/written/articles") == 3
 
@@ -106,25 +112,48 @@ def test_a_second_crawl_of_the_same_items_adds_no_rows(docs_site, start_worker, 
 
 def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "scrapy", *command],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 ARTICLE = {"item_class": "tests.items.Article", "item": {"url": "http://h/a", "title": "A", "words": 3}}
 HEADING = {"item_class": "tests.items.Heading", "item": {"anchor": "http://h/a#h1", "level": 1, "text": "A"}}
 DICT_DOC = {"item_class": "builtins.dict", "document_type": "dict", "item": {"url": "http://h/a", "n": 1}}
-NOTE_DOC = {"item_class": "tests.spiders.kinds.Note", "document_type": "tests.spiders.kinds.Note", "item": {"page": "http://h/a", "size": 5}}
+NOTE_DOC = {
+    "item_class": "tests.spiders.kinds.Note",
+    "document_type": "tests.spiders.kinds.Note",
+    "item": {"page": "http://h/a", "size": 5},
+}
 PAGE = {"url": "http://h/2", "status": 200, "content_hash": "a" * 64, "fetched_at": "2026-01-01T00:00:00+00:00"}
 
 
-def test_replay_rebuilds_declared_types_and_documents_and_refuses_undeclared_classes(redis_url, redis_client, mysql_url, mysql_query):
+def test_replay_rebuilds_declared_types_and_documents_and_refuses_undeclared_classes(
+    redis_url, redis_client, mysql_url, mysql_query
+):
     """``scrapy replay`` with STORAGE_ITEM_TYPES naming tests.items: its types and the documents
     are written; crawler.items.Page (declared by default, not by this setting) and a class with
     no document mark are refused with the reason, and kept."""
-    undeclared = [{"item_class": "crawler.items.Page", "item": PAGE}, {"item_class": "tests.spiders.kinds.Note", "item": NOTE_DOC["item"]}]
-    redis_client.lpush("kinds:items:pending", *(json.dumps(r) for r in [ARTICLE, HEADING, DICT_DOC, NOTE_DOC, *undeclared]))
+    undeclared = [
+        {"item_class": "crawler.items.Page", "item": PAGE},
+        {"item_class": "tests.spiders.kinds.Note", "item": NOTE_DOC["item"]},
+    ]
+    redis_client.lpush(
+        "kinds:items:pending", *(json.dumps(r) for r in [ARTICLE, HEADING, DICT_DOC, NOTE_DOC, *undeclared])
+    )
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
-    settings = ["-s", "SPIDER_MODULES=crawler.spiders,tests.spiders", "-s", "STORAGE_ITEM_TYPES=tests.items", "-s", "STORAGE_DOCUMENT_KEY=url"]
+    settings = [
+        "-s",
+        "SPIDER_MODULES=crawler.spiders,tests.spiders",
+        "-s",
+        "STORAGE_ITEM_TYPES=tests.items",
+        "-s",
+        "STORAGE_DOCUMENT_KEY=url",
+    ]
     done = run(["replay", "kinds", "--json", *settings], env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"written": 4, "refused": 2, "left": 0}
@@ -135,17 +164,33 @@ def test_replay_rebuilds_declared_types_and_documents_and_refuses_undeclared_cla
         ("tests.spiders.kinds.Note", sha1(canonical(NOTE_DOC["item"]))): (None, NOTE_DOC["item"]),
     }
     kept = [json.loads(r) for r in redis_client.lrange("kinds:items:invalid", 0, -1)]
-    assert sorted(json.loads(k["record"])["item_class"] for k in kept) == ["crawler.items.Page", "tests.spiders.kinds.Note"]
-    assert all(k["reason"] == "unreplayable" and "is not a declared item type" in k["detail"] and "STORAGE_ITEM_TYPES" in k["detail"] for k in kept)
+    assert sorted(json.loads(k["record"])["item_class"] for k in kept) == [
+        "crawler.items.Page",
+        "tests.spiders.kinds.Note",
+    ]
+    assert all(
+        k["reason"] == "unreplayable"
+        and "is not a declared item type" in k["detail"]
+        and "STORAGE_ITEM_TYPES" in k["detail"]
+        for k in kept
+    )
     refusals = [line for line in done.stderr.splitlines() if line.startswith("refused ")]
-    assert len(refusals) == 2 and any("'crawler.items.Page' is not a declared item type" in line for line in refusals), done.stderr
+    assert len(refusals) == 2 and any(
+        "'crawler.items.Page' is not a declared item type" in line for line in refusals
+    ), done.stderr
 
 
-def test_a_worker_replays_pending_declared_items_and_documents_when_it_starts(docs_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
+def test_a_worker_replays_pending_declared_items_and_documents_when_it_starts(
+    docs_site, start_worker, redis_url, redis_client, mysql_url, mysql_query
+):
     """The storage pipeline's own replay (at open) rebuilds the declared types of the default
     STORAGE_ITEM_TYPES (tests.items, the items module of SPIDER_MODULES' package) and documents."""
     redis_client.lpush("kinds:items:pending", *(json.dumps(r) for r in [ARTICLE, HEADING, DICT_DOC, NOTE_DOC]))
-    worker = start_worker("kinds", settings={**KINDS, "MAX_IDLE_TIME_BEFORE_CLOSE": "1"}, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url})
+    worker = start_worker(
+        "kinds",
+        settings={**KINDS, "MAX_IDLE_TIME_BEFORE_CLOSE": "1"},
+        env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url},
+    )
     assert worker.wait() == 0, worker.output[-3000:]
     assert worker.stat("storage/replayed") == 4 and worker.stat("storage/refused") == 0
     assert counts(mysql_query) == {"articles": 1, "headings": 1, "items": 2}
@@ -178,7 +223,9 @@ def test_a_pending_document_is_replayed_as_the_same_row():
     ],
 )
 def test_a_schema_that_cannot_work_stops_the_crawl_at_start(types, named, start_worker):
-    worker = start_worker("kinds", settings={**KINDS, "STORAGE_ITEM_TYPES": types}, args=["-a", "urls=http://127.0.0.9:1/"])
+    worker = start_worker(
+        "kinds", settings={**KINDS, "STORAGE_ITEM_TYPES": types}, args=["-a", "urls=http://127.0.0.9:1/"]
+    )
     assert worker.wait(60) == 2
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and all(word in errors[0] for word in named), worker.output[-3000:]
@@ -194,13 +241,19 @@ def test_validation_refuses_with_reason_and_field(tmp_path):
     from scrapy_frontier.pipelines.validation import ItemRefused, ValidationPipeline
     from tests.items import Article, Heading
 
-    crawler = get_crawler(type("kinds", (Spider,), {"name": "kinds"}), {"TWISTED_REACTOR_ENABLED": False, "DEAD_LETTER_DIR": str(tmp_path)})
+    crawler = get_crawler(
+        type("kinds", (Spider,), {"name": "kinds"}),
+        {"TWISTED_REACTOR_ENABLED": False, "DEAD_LETTER_DIR": str(tmp_path)},
+    )
     crawler.spider = crawler._create_spider()
     pipeline = ValidationPipeline.from_crawler(crawler)
 
     async def check():
         await pipeline.open_spider()
-        for item, field, reason in [(Article(url="http://h/é"), "url", "not_ascii"), (Heading(anchor="http://h/#h1", level="1"), "level", "type")]:
+        for item, field, reason in [
+            (Article(url="http://h/é"), "url", "not_ascii"),
+            (Heading(anchor="http://h/#h1", level="1"), "level", "type"),
+        ]:
             with pytest.raises(ItemRefused) as info:
                 await pipeline.process_item(item)
             assert (info.value.field, info.value.reason) == (field, reason)
@@ -209,4 +262,7 @@ def test_validation_refuses_with_reason_and_field(tmp_path):
 
     asyncio.run(check())
     kept = [json.loads(line) for line in (tmp_path / "kinds.items.invalid.jl").read_text().splitlines()]
-    assert [(k["item_class"], k["field"], k["reason"]) for k in kept] == [("tests.items.Article", "url", "not_ascii"), ("tests.items.Heading", "level", "type")]
+    assert [(k["item_class"], k["field"], k["reason"]) for k in kept] == [
+        ("tests.items.Article", "url", "not_ascii"),
+        ("tests.items.Heading", "level", "type"),
+    ]

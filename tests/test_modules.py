@@ -25,7 +25,14 @@ def modules_in_index(base_url: str) -> set[tuple[str, str | None, str | None, in
         third = re.split(r"<td[^>]*>", row)[3]
         em = re.search(r"<em>(.*?)</em>", third, re.S)
         synopsis = " ".join(html.unescape(re.sub(r"<[^>]+>", "", em.group(1))).split()) if em else ""
-        modules.add((html.unescape(name.group(1)), base_url + html.unescape(href.group(1)) if href else None, synopsis or None, int("<strong>Deprecated:</strong>" in third)))
+        modules.add(
+            (
+                html.unescape(name.group(1)),
+                base_url + html.unescape(href.group(1)) if href else None,
+                synopsis or None,
+                int("<strong>Deprecated:</strong>" in third),
+            )
+        )
     return modules
 
 

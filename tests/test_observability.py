@@ -23,7 +23,12 @@ NODE = re.compile(r"^[^:]+:(\d+):[0-9a-f]{6}$")
 
 def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command], cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env}, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "scrapy", *command],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -31,7 +36,11 @@ def scrape(address: str) -> dict[tuple[str, frozenset], float]:
     """The samples of a worker's /metrics: (name, labels) -> value."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
         text = response.read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: dict, name: str, **labels: str) -> float | None:
@@ -60,7 +69,13 @@ def test_json_logs_every_line_with_spider_node_and_url(docs_site, start_worker, 
         busy.listen()
         taken = busy.getsockname()[1]
         worker = start_worker(
-            settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "CLOSESPIDER_PAGECOUNT": "12", "CONCURRENT_REQUESTS": "4", "LOG_LEVEL": "DEBUG", "METRICS_PORT": str(taken)},
+            settings={
+                "MAX_IDLE_TIME_BEFORE_CLOSE": "2",
+                "CLOSESPIDER_PAGECOUNT": "12",
+                "CONCURRENT_REQUESTS": "4",
+                "LOG_LEVEL": "DEBUG",
+                "METRICS_PORT": str(taken),
+            },
             env={"REDIS_URL": redis_url, "LOG_JSON": "1"},
         )
         worker.wait_for("Joined the crawl")
@@ -87,7 +102,9 @@ def test_json_logs_every_line_with_spider_node_and_url(docs_site, start_worker, 
     assert "Traceback" not in worker.output
 
 
-def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query):
+def test_two_workers_metrics_status_and_cluster_totals(
+    docs_site, start_workers, redis_url, redis_client, mysql_url, mysql_query
+):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     settings = {
         "MAX_IDLE_TIME_BEFORE_CLOSE": "2",
@@ -134,7 +151,11 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
         hosts = redis_client.zrange("site:requests", 0, -1)
         assert during["frontier"]["hosts"] == len(hosts)
         assert during["frontier"]["queued"] == queued_requests(redis_client)
-        leases = {w["node"]: redis_client.hlen(f"site:leases:{w['node']}") - redis_client.hexists(f"site:leases:{w['node']}", "@") for w in during["workers"]}
+        leases = {
+            w["node"]: redis_client.hlen(f"site:leases:{w['node']}")
+            - redis_client.hexists(f"site:leases:{w['node']}", "@")
+            for w in during["workers"]
+        }
         assert {w["node"]: w["leases"] for w in during["workers"]} == leases
         assert during["frontier"]["in_flight"] == sum(leases.values()) > 0
         assert {w["pid"]: w["metrics"] for w in during["workers"]} == addresses
@@ -167,7 +188,10 @@ def test_two_workers_metrics_status_and_cluster_totals(docs_site, start_workers,
     assert after["totals"]["items_stored"] == stored
     assert after["totals"] == {k.decode(): int(v) for k, v in redis_client.hgetall("site:stats").items()}
     for w in workers:
-        assert re.search(r"Crawled \d+ pages .*; cluster: \d+ pages \(at \d+ pages/min\), \d+ items stored, \d+ queued, 2 workers", w.output)
+        assert re.search(
+            r"Crawled \d+ pages .*; cluster: \d+ pages \(at \d+ pages/min\), \d+ items stored, \d+ queued, 2 workers",
+            w.output,
+        )
         assert w.output.startswith("20")  # plain text log without LOG_JSON
         assert "Traceback" not in w.output and " ERROR: " not in w.output
 
@@ -181,16 +205,24 @@ def test_dropped_items_by_reason_and_dead_letter_gauge(start_worker, redis_url, 
     long_name = "/".join(["p" * 202] * 10) + "/page.html"
     (root / long_name).parent.mkdir(parents=True)
     (root / long_name).write_text("<html><head><title>long url</title></head><body></body></html>")
-    (root / "index.html").write_text(f'<html><head><title>i</title></head><body><a href="/{long_name}">x</a></body></html>')
+    (root / "index.html").write_text(
+        f'<html><head><title>i</title></head><body><a href="/{long_name}">x</a></body></html>'
+    )
     server = HttpServer(root, "127.0.0.5")
     try:
-        worker = start_worker(settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "METRICS_REFRESH_INTERVAL": "0.3"}, env={"REDIS_URL": redis_url})
+        worker = start_worker(
+            settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "METRICS_REFRESH_INTERVAL": "0.3"},
+            env={"REDIS_URL": redis_url},
+        )
         address = metrics_addresses(redis_client, [worker])[worker.proc.pid]
         redis_client.lpush("site:start_urls", f"{server.url}index.html")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and worker.proc.poll() is None:
             samples = scrape(address)
-            if value(samples, "crawler_dead_letters", kind="items") == 1 and value(samples, "crawler_items_dropped_total", reason="too_long") == 1:
+            if (
+                value(samples, "crawler_dead_letters", kind="items") == 1
+                and value(samples, "crawler_items_dropped_total", reason="too_long") == 1
+            ):
                 break
             time.sleep(0.2)
         assert value(samples, "crawler_items_dropped_total", reason="too_long") == 1, samples
@@ -202,7 +234,15 @@ def test_dropped_items_by_reason_and_dead_letter_gauge(start_worker, redis_url, 
 
 
 def test_embedded_worker_serves_counters_without_redis_gauges(docs_site, start_worker):
-    worker = start_worker(settings={"CLOSESPIDER_PAGECOUNT": "10", "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.2", "METRICS_PORT": "0"}, args=["-a", f"url={docs_site.url}library/json.html"])
+    worker = start_worker(
+        settings={
+            "CLOSESPIDER_PAGECOUNT": "10",
+            "CONCURRENT_REQUESTS": "2",
+            "DOWNLOAD_DELAY": "0.2",
+            "METRICS_PORT": "0",
+        },
+        args=["-a", f"url={docs_site.url}library/json.html"],
+    )
     worker.wait_for(r"Serving Prometheus metrics on http://127\.0\.0\.1:\d+/metrics")
     address = re.search(r"metrics on http://(127\.0\.0\.1:\d+)/metrics", worker.output).group(1)
     deadline = time.monotonic() + 60
@@ -214,14 +254,27 @@ def test_embedded_worker_serves_counters_without_redis_gauges(docs_site, start_w
     assert value(samples, "crawler_pages_total") >= 2
     assert value(samples, "crawler_responses_total", status="200") >= 1
     assert value(samples, "crawler_download_latency_seconds_count") >= 2
-    assert not [key for key in samples if key[0] in ("crawler_frontier_depth", "crawler_leases_inflight", "crawler_dead_letters")]
+    assert not [
+        key
+        for key in samples
+        if key[0] in ("crawler_frontier_depth", "crawler_leases_inflight", "crawler_dead_letters")
+    ]
     assert worker.wait() == 0
     assert worker.stat("item_stored_count") == worker.stat("item_scraped_count") > 0
     assert f"'metrics/address': '{address}'" in worker.output
 
 
 def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
-    base = ["crawl", "site", "-a", "url=http://127.0.0.1:9/", "-s", f"SQLITE_PATH={tmp_path / 'x.sqlite3'}", "-s", "TELNETCONSOLE_ENABLED=False"]
+    base = [
+        "crawl",
+        "site",
+        "-a",
+        "url=http://127.0.0.1:9/",
+        "-s",
+        f"SQLITE_PATH={tmp_path / 'x.sqlite3'}",
+        "-s",
+        "TELNETCONSOLE_ENABLED=False",
+    ]
     done = run([*base, "-s", "METRICS_PORT=9430-9410"], {})
     assert done.returncode == 2, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
@@ -262,7 +315,12 @@ def test_metric_names_are_what_a_worker_exposes():
 
 
 def test_the_progress_line_of_a_lone_worker_says_1_worker(start_worker, redis_url):
-    worker = start_worker(settings={"LOGSTATS_INTERVAL": "0.5", "MAX_IDLE_TIME_BEFORE_CLOSE": "2"}, env={"REDIS_URL": redis_url})
+    worker = start_worker(
+        settings={"LOGSTATS_INTERVAL": "0.5", "MAX_IDLE_TIME_BEFORE_CLOSE": "2"}, env={"REDIS_URL": redis_url}
+    )
     assert worker.wait(60) == 0, worker.output[-3000:]
     # Scrapy's own part as Scrapy writes it (log readers parse it), the cluster's in words
-    assert re.search(r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 pages/min\), 0 items stored, 0 queued, 1 worker\n", worker.output), worker.output[-3000:]
+    assert re.search(
+        r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 pages/min\), 0 items stored, 0 queued, 1 worker\n",
+        worker.output,
+    ), worker.output[-3000:]

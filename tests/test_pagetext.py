@@ -19,7 +19,16 @@ from tests.conftest import DEBIAN_DOC_SITES, DOCS
 from tests.oracle import reachable_pages
 
 #: Sphinx's sidebar headings, in English and in the Russian developers-reference.
-SIDEBAR_HEADINGS = {"Table of Contents", "This Page", "Navigation", "Previous topic", "Next topic", "Навигация", "Эта страница", "Быстрый поиск"}
+SIDEBAR_HEADINGS = {
+    "Table of Contents",
+    "This Page",
+    "Navigation",
+    "Previous topic",
+    "Next topic",
+    "Навигация",
+    "Эта страница",
+    "Быстрый поиск",
+}
 
 
 def squashed(text: str) -> str:
@@ -51,8 +60,14 @@ def item(file: Path):
         (DEBIAN_DOC_SITES["aptitude-ru"][1] / "ch01s01s01.html", "Чтобы запустить aptitude, откройте"),
         (DEBIAN_DOC_SITES["developers-reference-ru"][1] / "pkgs.html", "(WNPP). Проверка списка WNPP"),
         # Japanese and Chinese: no space the page does not write, around an inline element
-        (DEBIAN_DOC_SITES["aptitude-ja"][1] / "ch01s01.html", "このセクションでは、aptitude のビジュアルインタフェースの使い方について説明します。aptitude の"),
-        (DEBIAN_DOC_SITES["debian-reference-zh-cn"][1] / "ch02.zh-cn.html", "高级软件包工具 (APT)，它能够使用所有这些资源。"),
+        (
+            DEBIAN_DOC_SITES["aptitude-ja"][1] / "ch01s01.html",
+            "このセクションでは、aptitude のビジュアルインタフェースの使い方について説明します。aptitude の",
+        ),
+        (
+            DEBIAN_DOC_SITES["debian-reference-zh-cn"][1] / "ch02.zh-cn.html",
+            "高级软件包工具 (APT)，它能够使用所有这些资源。",
+        ),
     ],
 )
 def test_inline_elements_add_no_space(debian_doc_sites, file, sentence):
@@ -61,7 +76,11 @@ def test_inline_elements_add_no_space(debian_doc_sites, file, sentence):
 
 @pytest.mark.parametrize(
     "file",
-    [DOCS / "library/json.html", DOCS / "tutorial/controlflow.html", DEBIAN_DOC_SITES["developers-reference-ru"][1] / "pkgs.html"],
+    [
+        DOCS / "library/json.html",
+        DOCS / "tutorial/controlflow.html",
+        DEBIAN_DOC_SITES["developers-reference-ru"][1] / "pkgs.html",
+    ],
 )
 def test_sphinx_pages_lose_their_permalinks_and_sidebars(debian_doc_sites, file):
     assert "¶" in file.read_text()
@@ -78,16 +97,32 @@ def test_json_page_headings():
     assert [3, "Command line options"] in headings
 
 
-def test_a_crawl_stores_text_and_headings_as_the_pages_show_them(debian_doc_sites, tutorial_site, start_worker, tmp_path):
+def test_a_crawl_stores_text_and_headings_as_the_pages_show_them(
+    debian_doc_sites, tutorial_site, start_worker, tmp_path
+):
     """All four Debian sites and the Python tutorial in one crawl: every page stored, none with a
     ``¶`` or a heading outside its main content."""
     tutorial, tutorial_pages = tutorial_site
-    sites = {name: (server.url, directory, reachable_pages(directory, start), start) for name, (server, directory, start) in debian_doc_sites.items()}
-    sites["python-tutorial"] = (tutorial.url, DOCS, {u.removeprefix(tutorial.url) for u in tutorial_pages}, "tutorial/index.html")
+    sites = {
+        name: (server.url, directory, reachable_pages(directory, start), start)
+        for name, (server, directory, start) in debian_doc_sites.items()
+    }
+    sites["python-tutorial"] = (
+        tutorial.url,
+        DOCS,
+        {u.removeprefix(tutorial.url) for u in tutorial_pages},
+        "tutorial/index.html",
+    )
     db = tmp_path / "crawl.sqlite3"
-    worker = start_worker(settings={"SQLITE_PATH": str(db)}, args=["-a", "url=" + " ".join(url + start for url, _, _, start in sites.values())])
+    worker = start_worker(
+        settings={"SQLITE_PATH": str(db)},
+        args=["-a", "url=" + " ".join(url + start for url, _, _, start in sites.values())],
+    )
     assert worker.wait() == 0, worker.output[-3000:]
-    rows = {url: (text, json.loads(headings)) for url, text, headings in sqlite3.connect(db).execute("SELECT url, text, headings FROM pages")}
+    rows = {
+        url: (text, json.loads(headings))
+        for url, text, headings in sqlite3.connect(db).execute("SELECT url, text, headings FROM pages")
+    }
     for name, (url, directory, paths, _) in sites.items():
         assert {url + p for p in paths} <= set(rows), name
         for path in paths:

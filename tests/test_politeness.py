@@ -26,7 +26,9 @@ class RecordingServer:
             env["ROBOTS_TXT"] = robots
         if delay_ms:
             env["SITE_DELAY_MS"] = str(delay_ms)
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env
+        )
         wait_port(host, self.port)
 
     def times(self, prefix: str = "/") -> list[float]:
@@ -88,7 +90,9 @@ def test_three_workers_share_one_rate_limit(recording_server, start_workers, red
     for w in workers:
         assert w.wait(120) == 0, w.output[-3000:]
     times = server.times("/site/")
-    print(f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: {max_in_window(times)}")
+    print(
+        f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: {max_in_window(times)}"
+    )
     assert len(times) == 60
     assert max_in_window(times) <= 6  # 5 per second, one token of burst
     assert sum(1 for w in workers if w.stat("item_scraped_count")) >= 2
@@ -109,7 +113,9 @@ def test_live_override_reaches_every_worker_within_5_seconds(recording_server, s
     times = server.times("/site/")
     before = [t for t in times if set_at - 3 < t < set_at]
     after = [t for t in times if set_at + 5 <= t <= set_at + 10]
-    print(f"FIGURES override 20/s -> 1/s: {len(before)} requests in the 3 s before, {len(after)} in the 5 s from 5 s after; most in 1 s then: {max_in_window(after) if after else 0}")
+    print(
+        f"FIGURES override 20/s -> 1/s: {len(before)} requests in the 3 s before, {len(after)} in the 5 s from 5 s after; most in 1 s then: {max_in_window(after) if after else 0}"
+    )
     assert len(before) >= 20
     assert len(after) <= 7 and (not after or max_in_window(after) <= 2)
 
@@ -117,7 +123,13 @@ def test_live_override_reaches_every_worker_within_5_seconds(recording_server, s
 @pytest.mark.parametrize("rate", ["40", "0"])
 def test_retry_after_pauses_the_host_for_every_worker(rate, recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.13", pages=200)
-    settings = {**FAST, "DOMAIN_RATE_LIMIT": rate, "RETRY_BACKOFF_BASE": "0.05", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.02"}
+    settings = {
+        **FAST,
+        "DOMAIN_RATE_LIMIT": rate,
+        "RETRY_BACKOFF_BASE": "0.05",
+        "CONCURRENT_REQUESTS": "4",
+        "DOWNLOAD_DELAY": "0.02",
+    }
     workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
     redis_client.lpush("site:start_urls", f"{server.url}/site/0")
     time.sleep(1.5)
@@ -131,7 +143,9 @@ def test_retry_after_pauses_the_host_for_every_worker(rate, recording_server, st
     # 0.3 s for the answer to reach its worker, and the news the others (pub/sub).
     on_the_wire = [t for t in server.times("/") if first < t < first + 0.3]
     during = [t for t in server.times("/") if first + 0.3 <= t < first + 2.95]
-    print(f"FIGURES Retry-After 3 (DOMAIN_RATE_LIMIT={rate}): {len(on_the_wire)} requests already on the wire, {len(during)} in the rest of the 3 s; retry after {hit[1] - first:.2f}s")
+    print(
+        f"FIGURES Retry-After 3 (DOMAIN_RATE_LIMIT={rate}): {len(on_the_wire)} requests already on the wire, {len(during)} in the rest of the 3 s; retry after {hit[1] - first:.2f}s"
+    )
     assert during == []
     assert sum(w.stat("politeness/slowed/429") for w in workers) == 1
     assert any("Slowing 127.0.0.13 down for every worker (HTTP 429)" in w.output for w in workers)

@@ -54,7 +54,10 @@ def test_at_maxmemory_the_heartbeat_beats_acks_pass_and_a_push_is_refused_whole(
             seen = await client.scard(KEYS.dupefilter)
             with pytest.raises(redis.exceptions.OutOfMemoryError):
                 await frontier.push([entry("c")], acks=[taken[0]])
-            kept = await client.hlen(frontier.lease_key) - await client.hexists(frontier.lease_key, "@"), await client.scard(KEYS.dupefilter)
+            kept = (
+                await client.hlen(frontier.lease_key) - await client.hexists(frontier.lease_key, "@"),
+                await client.scard(KEYS.dupefilter),
+            )
             await frontier.push([], acks=[taken[0]])
             return seen, kept, await client.hlen(frontier.lease_key) - await client.hexists(frontier.lease_key, "@")
         finally:
@@ -74,7 +77,9 @@ def test_at_maxmemory_the_heartbeat_beats_acks_pass_and_a_push_is_refused_whole(
     sync.close()
 
 
-def test_a_redis_out_of_memory_is_one_line_with_its_figures_and_one_when_it_accepts_writes(throwaway_redis, caplog, monkeypatch):
+def test_a_redis_out_of_memory_is_one_line_with_its_figures_and_one_when_it_accepts_writes(
+    throwaway_redis, caplog, monkeypatch
+):
     """Writes near the limit pass and fail in turn: one episode, one ERROR line naming Redis's
     used and maximum memory, and one line once Redis has room and refused nothing for a while."""
     monkeypatch.setattr(redis_health, "QUIET_SECONDS", 1.0)
@@ -132,4 +137,8 @@ def test_an_outage_is_one_line_and_one_when_redis_answers(throwaway_redis, caplo
     health.answered()
     client.close()
     lines = [r.getMessage() for r in caplog.records if r.name == "scrapy_frontier.redis_health"]
-    assert len(lines) == 2 and lines[0].startswith("Redis unreachable (ConnectionError: ") and lines[1].startswith("Redis is reachable again after "), lines
+    assert (
+        len(lines) == 2
+        and lines[0].startswith("Redis unreachable (ConnectionError: ")
+        and lines[1].startswith("Redis is reachable again after ")
+    ), lines

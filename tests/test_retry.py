@@ -45,14 +45,21 @@ def flaky(tmp_path):
 
 
 def hits(log: Path, prefix: str) -> list[float]:
-    return [float(t) for t, path in (line.split(" ", 1) for line in log.read_text().splitlines()) if path.startswith(prefix)]
+    return [
+        float(t) for t, path in (line.split(" ", 1) for line in log.read_text().splitlines()) if path.startswith(prefix)
+    ]
 
 
 def test_retries_back_off_honour_retry_after_and_end_in_dead_letters(flaky, start_worker, redis_url, redis_client):
     base, log = flaky
     worker = start_worker(
         "probe",
-        settings={"SPIDER_MODULES": "tests.spiders", "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "RETRY_BACKOFF_BASE": "0.4", "RETRY_TIMES": "2"},
+        settings={
+            "SPIDER_MODULES": "tests.spiders",
+            "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
+            "RETRY_BACKOFF_BASE": "0.4",
+            "RETRY_TIMES": "2",
+        },
         env={"REDIS_URL": redis_url},
     )
     worker.wait_for("Joined the crawl")
@@ -69,7 +76,12 @@ def test_retries_back_off_honour_retry_after_and_end_in_dead_letters(flaky, star
     failed = [json.loads(r) for r in redis_client.lrange("probe:requests:failed", 0, -1)]
     assert len(failed) == 1
     record = failed[0]
-    assert (record["reason"], record["status"], record["attempts"], record["url"]) == ("retries_exhausted", 500, 3, f"{base}/always500/a")
+    assert (record["reason"], record["status"], record["attempts"], record["url"]) == (
+        "retries_exhausted",
+        500,
+        3,
+        f"{base}/always500/a",
+    )
     assert record["request"]["url"] == f"{base}/always500/a"
     assert worker.stat("frontier/failed/retries_exhausted") == 1
     assert not list(redis_client.scan_iter(match="probe:leases:*"))
@@ -84,12 +96,19 @@ def stored_pages(db: Path) -> list[tuple[str, str]]:
 
 def redirect_worker(start_worker, redis_url, tmp_path):
     return start_worker(
-        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "RETRY_BACKOFF_BASE": "0.2", "LOG_LEVEL": "DEBUG", "SQLITE_PATH": str(tmp_path / "pages.sqlite3")},
+        settings={
+            "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
+            "RETRY_BACKOFF_BASE": "0.2",
+            "LOG_LEVEL": "DEBUG",
+            "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+        },
         env={"REDIS_URL": redis_url},
     )
 
 
-def test_a_retried_redirect_onto_a_crawled_page_is_not_fetched_again(flaky, start_worker, redis_url, redis_client, tmp_path):
+def test_a_retried_redirect_onto_a_crawled_page_is_not_fetched_again(
+    flaky, start_worker, redis_url, redis_client, tmp_path
+):
     """``/sbn/`` redirects to ``/bn``, which fails once (503) and, retried, redirects to
     ``/sbn``, crawled already: the retry's ``dont_filter`` is not carried onto its redirect, so
     ``/sbn`` is fetched once and stored once, and the dropped redirect is logged."""
@@ -124,12 +143,16 @@ def test_default_ports_collapse(tmp_path, start_worker, redis_url, redis_client)
     """``http://host/pp`` and ``http://host:80/pp`` are one page: fetched once, stored once under
     the URL without the port, one robots.txt (RFC 3986 section 6.2.3)."""
     host, log = "127.0.0.37", tmp_path / "port80.log"
-    proc = subprocess.Popen([sys.executable, str(HERE / "flaky_server.py"), host, "80", str(log)], stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "flaky_server.py"), host, "80", str(log)], stderr=subprocess.PIPE
+    )
     try:
         try:
             wait_port(host, 80, timeout=5)
         except RuntimeError:
-            pytest.skip(f"cannot serve on {host}:80 (not root, or the port is taken): {proc.stderr.read1().decode()[-300:] if proc.poll() is not None else ''}")
+            pytest.skip(
+                f"cannot serve on {host}:80 (not root, or the port is taken): {proc.stderr.read1().decode()[-300:] if proc.poll() is not None else ''}"
+            )
         worker = redirect_worker(start_worker, redis_url, tmp_path)
         worker.wait_for("Joined the crawl")
         redis_client.lpush("site:start_urls", f"http://{host}:80/ports")
@@ -139,15 +162,25 @@ def test_default_ports_collapse(tmp_path, start_worker, redis_url, redis_client)
         proc.wait(10)
     paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
     assert sorted(paths) == ["/ports", "/pp", "/robots.txt"], paths
-    assert stored_pages(tmp_path / "pages.sqlite3") == [(f"http://{host}/ports", f"http://{host}/ports"), (f"http://{host}/pp", f"http://{host}/pp")]
+    assert stored_pages(tmp_path / "pages.sqlite3") == [
+        (f"http://{host}/ports", f"http://{host}/ports"),
+        (f"http://{host}/pp", f"http://{host}/pp"),
+    ]
 
 
-def test_a_page_over_the_size_limit_is_a_dead_letter_and_memory_stays_bounded(flaky, start_worker, redis_url, redis_client, tmp_path):
+def test_a_page_over_the_size_limit_is_a_dead_letter_and_memory_stays_bounded(
+    flaky, start_worker, redis_url, redis_client, tmp_path
+):
     """The project's DOWNLOAD_MAXSIZE (8 MiB) stops a 50 MB page early, whether or not it says its
     size: kept as a dead letter with the reason, the worker's peak memory far below the page."""
     base, log = flaky
     worker = start_worker(
-        settings={"MAX_IDLE_TIME_BEFORE_CLOSE": "3", "RETRY_BACKOFF_BASE": "0.2", "SQLITE_PATH": str(tmp_path / "pages.sqlite3"), "MEMUSAGE_CHECK_INTERVAL_SECONDS": "1"},
+        settings={
+            "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
+            "RETRY_BACKOFF_BASE": "0.2",
+            "SQLITE_PATH": str(tmp_path / "pages.sqlite3"),
+            "MEMUSAGE_CHECK_INTERVAL_SECONDS": "1",
+        },
         env={"REDIS_URL": redis_url},
     )
     worker.wait_for("Joined the crawl")

@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 #: The test the inner run runs: children that outlive it, as a test's servers do when the run is
 #: killed (one forked and exec'd on a terminal, as tests/test_commands.py's read_pty, one started
 #: with its descriptors kept), their pids in PIDS, then it waits to be killed.
-INNER_TEST = '''
+INNER_TEST = """
 import os, pty, subprocess, sys, time
 
 def test_hold():
@@ -29,7 +29,7 @@ def test_hold():
         f.write(f"{os.getpid()} {pid} {kept.pid}")
     os.rename(os.environ["PIDS"] + ".tmp", os.environ["PIDS"])
     time.sleep(300)
-'''
+"""
 
 
 def lock_free(lock: Path) -> bool:
@@ -64,12 +64,29 @@ def inner_run(tmp_path):
 
     def start() -> tuple[subprocess.Popen, int, list[int]]:
         env = {**os.environ, "CRAWLER_TESTS_LOCK": str(lock), "PIDS": str(pids), "TEST_WORKERS": "0"}
-        args = ["-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_hold.py")]
-        proc = subprocess.Popen(["bash", str(ROOT / "tests/run.sh"), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        args = [
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+            str(tmp_path / "test_hold.py"),
+        ]
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "tests/run.sh"), *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         procs.append(proc)
         if not wait_until(pids.exists, 120):
             proc.kill()
-            raise AssertionError(f"the inner run did not start its test:\n{proc.communicate()[0].decode(errors='replace')[-3000:]}")
+            raise AssertionError(
+                f"the inner run did not start its test:\n{proc.communicate()[0].decode(errors='replace')[-3000:]}"
+            )
         pytest_pid, *children = map(int, pids.read_text().split())
         started.extend([pytest_pid, *children])
         return proc, pytest_pid, children
@@ -103,4 +120,3 @@ def test_a_run_whose_shell_is_killed_stops_and_frees_the_lock(inner_run):
     proc.wait(30)
     assert wait_until(lambda: not alive(pytest_pid), 10)  # no run goes on without the lock
     assert lock_free(lock)
-

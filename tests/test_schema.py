@@ -56,7 +56,9 @@ def test_row_serializes_lists_and_utc_datetimes():
 
 
 def test_deploy_schema_matches_the_items():
-    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(crawler.items), "regenerate it as docs/items.md says"
+    assert (ROOT / "deploy" / "schema.sql").read_text() == schema_sql(crawler.items), (
+        "regenerate it as docs/items.md says"
+    )
 
 
 def test_an_item_without_a_schema_must_hold_json_values():

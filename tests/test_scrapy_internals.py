@@ -28,7 +28,9 @@ def test_after_scrape_wraps_the_scrapers_enqueue_scrape(engine_crawler):
     fired: list[tuple] = []
     sentinel = Deferred()
     scraper.enqueue_scrape = lambda result, request: sentinel  # what the engine would await
-    scrapy_internals.after_scrape(engine_crawler, lambda passthrough, result, request: fired.append((passthrough, result, request)) or passthrough)
+    scrapy_internals.after_scrape(
+        engine_crawler, lambda passthrough, result, request: fired.append((passthrough, result, request)) or passthrough
+    )
     d = scraper.enqueue_scrape("response", "request")
     assert fired == []
     sentinel.callback("done")
@@ -40,9 +42,13 @@ def test_enqueue_scrape_is_what_the_engine_calls_with_a_response():
 
     from scrapy.core import engine, scraper
 
-    assert "enqueue_scrape" in inspect.getsource(engine.ExecutionEngine), "scrapy_frontier.scrapy_internals.after_scrape: the engine no longer calls Scraper.enqueue_scrape"
+    assert "enqueue_scrape" in inspect.getsource(engine.ExecutionEngine), (
+        "scrapy_frontier.scrapy_internals.after_scrape: the engine no longer calls Scraper.enqueue_scrape"
+    )
     params = list(inspect.signature(scraper.Scraper.enqueue_scrape).parameters)
-    assert params[:3] == ["self", "result", "request"], f"scrapy_frontier.scrapy_internals.after_scrape: Scraper.enqueue_scrape{params} changed"
+    assert params[:3] == ["self", "result", "request"], (
+        f"scrapy_frontier.scrapy_internals.after_scrape: Scraper.enqueue_scrape{params} changed"
+    )
 
 
 def test_after_scrape_fails_loudly_without_enqueue_scrape(engine_crawler):
@@ -57,10 +63,16 @@ def test_wake_engine_schedules_the_engines_next_call(engine_crawler):
     from scrapy.core.engine import _Slot
     from scrapy.utils.reactor import CallLaterOnce
 
-    assert "nextcall" in inspect.signature(_Slot).parameters, "scrapy_frontier.scrapy_internals.wake_engine: the engine's _Slot has no nextcall"
-    assert hasattr(CallLaterOnce, "schedule"), "scrapy_frontier.scrapy_internals.wake_engine: CallLaterOnce.schedule is gone"
+    assert "nextcall" in inspect.signature(_Slot).parameters, (
+        "scrapy_frontier.scrapy_internals.wake_engine: the engine's _Slot has no nextcall"
+    )
+    assert hasattr(CallLaterOnce, "schedule"), (
+        "scrapy_frontier.scrapy_internals.wake_engine: CallLaterOnce.schedule is gone"
+    )
     scheduled: list[int] = []
-    engine_crawler.engine._slot = type("Slot", (), {"nextcall": type("Next", (), {"schedule": lambda self: scheduled.append(1)})()})()
+    engine_crawler.engine._slot = type(
+        "Slot", (), {"nextcall": type("Next", (), {"schedule": lambda self: scheduled.append(1)})()}
+    )()
     scrapy_internals.wake_engine(engine_crawler)
     assert scheduled == [1]
     engine_crawler.engine._slot = None
@@ -73,4 +85,6 @@ def test_the_engine_slot_still_has_nextcall():
     from scrapy.core import engine
 
     source = inspect.getsource(engine)
-    assert "self._slot" in source and "nextcall" in source, "scrapy_frontier.scrapy_internals.wake_engine: ExecutionEngine._slot.nextcall is gone"
+    assert "self._slot" in source and "nextcall" in source, (
+        "scrapy_frontier.scrapy_internals.wake_engine: ExecutionEngine._slot.nextcall is gone"
+    )

@@ -152,13 +152,19 @@ def deploy(project_copy: Path, scrapyd_url: str, version: str = "1") -> dict:
         cfg.write(f)
     done = subprocess.run(
         [sys.executable, "-m", "scrapyd_client.deploy", "--version", version],
-        cwd=project_copy, env=clean_env(), capture_output=True, text=True, timeout=120,
+        cwd=project_copy,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout)
 
 
-def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_site, tmp_path, redis_url, redis_client, mysql_url, mysql_query):
+def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(
+    scrapyd, small_site, tmp_path, redis_url, redis_client, mysql_url, mysql_query
+):
     site, expected = small_site
     assert len(expected) == 17
 
@@ -168,12 +174,22 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
     egg = scrapyd.directory / "eggs" / "crawler" / "1.egg"
     with zipfile.ZipFile(egg) as z:
         names = set(z.namelist())
-    sources = {p.relative_to(ROOT).as_posix() for package in ("crawler", "scrapy_frontier") for p in (ROOT / package).rglob("*.py")}
+    sources = {
+        p.relative_to(ROOT).as_posix()
+        for package in ("crawler", "scrapy_frontier")
+        for p in (ROOT / package).rglob("*.py")
+    }
     sources |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "scrapy_frontier" / "lua").glob("*.lua")}
     assert sources <= names, sorted(sources - names)
     # ... and the jobs can get them from nowhere else: scrapyd's directory and environment lack them.
     for package in ("crawler", "scrapy_frontier"):
-        probe = subprocess.run([sys.executable, "-c", f"import {package}"], cwd=scrapyd.directory, env=clean_env(), capture_output=True, text=True)
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import {package}"],
+            cwd=scrapyd.directory,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+        )
         assert probe.returncode != 0 and f"No module named '{package}'" in probe.stderr
     # scrapyd runs the egg to list its spiders.
     assert scrapyd.api("listspiders.json", [("project", "crawler")])["spiders"] == ["modules", "site"]
@@ -197,7 +213,11 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
         job = uuid.uuid4().hex
         params = [("project", "crawler"), ("spider", "site"), ("jobid", job)]
         params += [("setting", f"{k}={v}") for k, v in settings.items()]
-        assert scrapyd.api("schedule.json", params, post=True) == {"node_name": answer["node_name"], "status": "ok", "jobid": job}
+        assert scrapyd.api("schedule.json", params, post=True) == {
+            "node_name": answer["node_name"],
+            "status": "ok",
+            "jobid": job,
+        }
         jobs.append(job)
 
     wait_until(lambda: all("Joined the crawl" in scrapyd.job_log(j) for j in jobs), 60, "both jobs to join the crawl")
@@ -215,7 +235,9 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
 
     scrapyd_log = scrapyd.log.read_text(errors="replace")
     for job in jobs:
-        assert re.search(rf"Process finished: project='crawler' spider='site' job='{job}'", scrapyd_log), scrapyd_log[-3000:]
+        assert re.search(rf"Process finished: project='crawler' spider='site' job='{job}'", scrapyd_log), scrapyd_log[
+            -3000:
+        ]
         log = scrapyd.job_log(job)
         assert "'finish_reason': 'finished'" in log, log[-3000:]
         assert "Storing items in MySQL" in log
@@ -228,7 +250,9 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(scrapyd, small_si
         urls = []
     assert len(urls) == len(set(urls)), "a page was stored twice"
     assert set(urls) == expected
-    shares = [int(m.group(1)) for j in jobs for m in [re.search(r"'item_scraped_count': (\d+)", scrapyd.job_log(j))] if m]
+    shares = [
+        int(m.group(1)) for j in jobs for m in [re.search(r"'item_scraped_count': (\d+)", scrapyd.job_log(j))] if m
+    ]
     assert len(shares) == 2 and all(shares) and sum(shares) == len(expected), shares
 
 
@@ -244,7 +268,11 @@ def test_the_images_prebuilt_egg_is_served_and_a_later_deploy_wins(tmp_path):
     copy_project(tmp_path / "build")
     done = subprocess.run(
         [sys.executable, "-m", "scrapyd_client.deploy", "--build-egg", str(directory / "eggs" / "crawler" / "0.egg")],
-        cwd=tmp_path / "build", env=clean_env(), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path / "build",
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     server = Scrapyd(directory, clean_env())

@@ -51,7 +51,13 @@ def test_round_trip_keeps_everything(spider):
         dont_filter=True,
     )
     back = request_from_json(request_to_json(request, spider), spider)
-    assert (back.url, back.method, back.body, back.priority, back.dont_filter) == (request.url, "POST", b"\x00\xffraw", 5, True)
+    assert (back.url, back.method, back.body, back.priority, back.dont_filter) == (
+        request.url,
+        "POST",
+        b"\x00\xffraw",
+        5,
+        True,
+    )
     assert back.headers.getlist("X-A") == [b"1"]
     assert back.headers.getlist("Cookie") == request.headers.getlist("Cookie")
     assert back.meta == {"depth": 2, "k": [1, "é"]}
@@ -85,9 +91,26 @@ def test_plain_url_and_json_string(spider):
 
 
 def test_json_object_fields(spider):
-    raw = json.dumps({"url": "http://h/", "meta": {"probe": 1}, "method": "POST", "body": "a=1", "priority": 3, "callback": "other", "cb_kwargs": {"x": 2}, "formdata": {"a": "b"}})
+    raw = json.dumps(
+        {
+            "url": "http://h/",
+            "meta": {"probe": 1},
+            "method": "POST",
+            "body": "a=1",
+            "priority": 3,
+            "callback": "other",
+            "cb_kwargs": {"x": 2},
+            "formdata": {"a": "b"},
+        }
+    )
     request, unknown = parse(raw, spider)
-    assert (request.method, request.body, request.priority, request.meta["probe"], request.cb_kwargs) == ("POST", b"a=1", 3, 1, {"x": 2})
+    assert (request.method, request.body, request.priority, request.meta["probe"], request.cb_kwargs) == (
+        "POST",
+        b"a=1",
+        3,
+        1,
+        {"x": 2},
+    )
     assert request.callback == spider.other
     assert unknown == ["formdata"]
     assert type(request) is Request  # never a FormRequest
@@ -104,7 +127,10 @@ def test_json_object_fields(spider):
         (b"\xff\xfe\x00http", "not_utf8"),
         ('{"url": "http://h/", "callback": "_private"}', "bad_field"),
         ('{"url": "http://h/", "callback": "nope"}', "bad_field"),
-        ('{"url": "http://h/", "callback": "helper"}', "bad_field"),  # a static method: a queued request could not name it
+        (
+            '{"url": "http://h/", "callback": "helper"}',
+            "bad_field",
+        ),  # a static method: a queued request could not name it
         ('{"url": "http://h/", "priority": "high"}', "bad_field"),
         ('{"url": "http://h/", "meta": [1]}', "bad_field"),
         ('{"url": ', "bad_json"),
@@ -159,7 +185,9 @@ def test_oversized_payload_is_refused_before_parsing(spider):
 def test_a_request_subclass_keeps_its_class_and_attributes(spider):
     from scrapy.http import JsonRequest
 
-    request = JsonRequest("http://h/api", data={"b": 1, "a": 2}, dumps_kwargs={"sort_keys": True}, callback=spider.other)
+    request = JsonRequest(
+        "http://h/api", data={"b": 1, "a": 2}, dumps_kwargs={"sort_keys": True}, callback=spider.other
+    )
     back = request_from_json(request_to_json(request, spider), spider)
     assert type(back) is JsonRequest and back.dumps_kwargs == {"sort_keys": True}
     assert back.body == request.body and back.method == "POST" and back.callback == spider.other

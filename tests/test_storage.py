@@ -39,10 +39,15 @@ def odd_site(tmp_path):
     server.stop()
 
 
-def test_utf8mb4_big_text_truncation_and_refusal_in_a_real_crawl(odd_site, start_worker, mysql_url, mysql_query, tmp_path):
+def test_utf8mb4_big_text_truncation_and_refusal_in_a_real_crawl(
+    odd_site, start_worker, mysql_url, mysql_query, tmp_path
+):
     worker = start_worker(env={"MYSQL_URL": mysql_url}, args=["-a", f"url={odd_site.url}index.html"])
     assert worker.wait() == 0, worker.output[-3000:]
-    rows = {url.removeprefix(odd_site.url): (title, text) for url, title, text in mysql_query("SELECT url, title, text FROM pages")}
+    rows = {
+        url.removeprefix(odd_site.url): (title, text)
+        for url, title, text in mysql_query("SELECT url, title, text FROM pages")
+    }
     assert set(rows) == {"index.html", "emoji.html", "long-title.html", "normal.html"}
     assert rows["emoji.html"] == (EMOJI_TITLE, " ".join(BIG_TEXT.split()))
     assert len(rows["emoji.html"][1]) > 199_000
@@ -76,7 +81,9 @@ def test_invalid_item_is_dropped_counted_and_kept(start_worker, mysql_url, mysql
 
 
 def page_row(url: str, title: str = "t") -> tuple:
-    page = Page(url=url, status=200, title=title, content_hash="0" * 64, fetched_at=datetime(2026, 1, 1).isoformat() + "+00:00")
+    page = Page(
+        url=url, status=200, title=title, content_hash="0" * 64, fetched_at=datetime(2026, 1, 1).isoformat() + "+00:00"
+    )
     return to_row(page, schema_of(Page))
 
 

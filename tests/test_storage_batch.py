@@ -29,7 +29,9 @@ def page(i: int, **fields) -> Page:
 
 
 def read_back(mysql_query):
-    rows = mysql_query("SELECT url, title, text, links, headings, fetched_at, depth, description FROM pages ORDER BY id")
+    rows = mysql_query(
+        "SELECT url, title, text, links, headings, fetched_at, depth, description FROM pages ORDER BY id"
+    )
     return {r[0]: r[1:] for r in rows}
 
 
@@ -46,7 +48,12 @@ def test_every_character_survives_the_multi_row_insert(backend, mysql_query, no_
     ]
     assert backend.upsert(schema, [to_row(item, schema) for item in items]) == []
     rows = read_back(mysql_query)
-    assert rows["http://h/1"][:4] == (NASTY, NASTY * 3, json.dumps([f"http://h/{NASTY}"], ensure_ascii=False, separators=(",", ":")), json.dumps([[1, NASTY]], ensure_ascii=False, separators=(",", ":")))
+    assert rows["http://h/1"][:4] == (
+        NASTY,
+        NASTY * 3,
+        json.dumps([f"http://h/{NASTY}"], ensure_ascii=False, separators=(",", ":")),
+        json.dumps([[1, NASTY]], ensure_ascii=False, separators=(",", ":")),
+    )
     assert rows["http://h/1"][4] == datetime(2026, 1, 1, 12, 0, 0, 1)  # microseconds kept
     assert rows["http://h/2"][0] == "plain" and rows["http://h/2"][5] == 7 and rows["http://h/2"][6] is None
     assert rows["http://h/3"][:2] == ("'", "\\")
@@ -79,7 +86,13 @@ async def _burst(mysql_url: str, dead_dir: str, items: list[Page], flush_interva
 
     crawler = get_crawler(
         type("site", (Spider,), {"name": "site"}),
-        {"TWISTED_REACTOR_ENABLED": False, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir, "STORAGE_BATCH_SIZE": 200, "STORAGE_FLUSH_INTERVAL": flush_interval},
+        {
+            "TWISTED_REACTOR_ENABLED": False,
+            "MYSQL_URL": mysql_url,
+            "DEAD_LETTER_DIR": dead_dir,
+            "STORAGE_BATCH_SIZE": 200,
+            "STORAGE_FLUSH_INTERVAL": flush_interval,
+        },
     )
     crawler.spider = crawler._create_spider()
     pipeline = StoragePipeline.from_crawler(crawler)
@@ -112,7 +125,12 @@ def test_an_item_whose_row_cannot_be_built_is_kept_and_spares_the_others(mysql_u
     inserts, stats = asyncio.run(_burst(mysql_url, str(tmp_path), items, flush_interval=0.2))
     assert stats["storage/written/pages"] == 4
     assert stats["storage/pending"] == 1
-    assert sorted(r[0] for r in mysql_query("SELECT url FROM pages")) == ["http://h/0", "http://h/1", "http://h/3", "http://h/4"]
+    assert sorted(r[0] for r in mysql_query("SELECT url FROM pages")) == [
+        "http://h/0",
+        "http://h/1",
+        "http://h/3",
+        "http://h/4",
+    ]
     [kept] = [json.loads(line) for line in (tmp_path / "site.items.pending.jl").read_text().splitlines()]
     assert kept["item"]["url"] == "http://h/2" and "not JSON serializable" in kept["reason"]
 
@@ -123,7 +141,10 @@ async def _group_commit(mysql_url: str, dead_dir: str) -> tuple[int, dict]:
 
     from scrapy_frontier.pipelines.storage import StoragePipeline
 
-    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir})
+    crawler = get_crawler(
+        type("site", (Spider,), {"name": "site"}),
+        {"TWISTED_REACTOR_ENABLED": False, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir},
+    )
     crawler.spider = crawler._create_spider()
     pipeline = StoragePipeline.from_crawler(crawler)
     await pipeline.open_spider()

@@ -35,7 +35,10 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None,
 
     from scrapy_frontier.pipelines.cache import RedisCachePipeline
 
-    crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600, **(settings or {})})
+    crawler = get_crawler(
+        type("site", (Spider,), {"name": "site"}),
+        {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "REDIS_CACHE_TTL": 3600, **(settings or {})},
+    )
     crawler.spider = crawler._create_spider()
     pipeline = RedisCachePipeline.from_crawler(crawler)
     await pipeline.open_spider()
@@ -45,7 +48,9 @@ async def _cache(redis_url: str, rounds: list, stored_after: list | None = None,
     try:
         for n, items in enumerate(rounds):
             unchanged.append([])
-            returned.append(await asyncio.wait_for(asyncio.gather(*(pipeline.process_item(item) for item in items)), 60))
+            returned.append(
+                await asyncio.wait_for(asyncio.gather(*(pipeline.process_item(item) for item in items)), 60)
+            )
             await asyncio.wait_for(pipeline.settled(), 60)
             if n == 0 and stored_after:
                 await crawler.signals.send_catch_log_async(items_stored, items=stored_after)
@@ -106,9 +111,21 @@ def test_a_hash_stored_in_one_database_skips_no_write_to_another(keep, redis_url
     first = {"MYSQL_URL": "mysql://crawler:secret@db.example:3306/first", "REDIS_CACHE_ITEMS": keep}
     out = asyncio.run(_cache(redis_url, [items, items], stored_after=items, settings=first))
     assert [len(unchanged) for unchanged in out["unchanged"]] == [0, 4]
-    other = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:secret@db.example:3306/other", "REDIS_CACHE_ITEMS": keep}))
+    other = asyncio.run(
+        _cache(
+            redis_url,
+            [items],
+            settings={"MYSQL_URL": "mysql://crawler:secret@db.example:3306/other", "REDIS_CACHE_ITEMS": keep},
+        )
+    )
     assert other["unchanged"] == [[]] and "cache/unchanged" not in other["stats"]
-    again = asyncio.run(_cache(redis_url, [items], settings={"MYSQL_URL": "mysql://crawler:changed@db.example:3306/first", "REDIS_CACHE_ITEMS": keep}))
+    again = asyncio.run(
+        _cache(
+            redis_url,
+            [items],
+            settings={"MYSQL_URL": "mysql://crawler:changed@db.example:3306/first", "REDIS_CACHE_ITEMS": keep},
+        )
+    )
     assert len(again["unchanged"][0]) == 4  # a new password is the same database
 
 
@@ -133,7 +150,10 @@ def test_each_crawler_gets_a_client_of_its_own_url():
     from scrapy_frontier.connection import shared_redis
 
     for port in range(10001, 10201):  # CPython reuses a freed id within a few dozen
-        crawler = get_crawler(type("site", (Spider,), {"name": "site"}), {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": f"redis://127.0.0.1:{port}/0"})
+        crawler = get_crawler(
+            type("site", (Spider,), {"name": "site"}),
+            {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": f"redis://127.0.0.1:{port}/0"},
+        )
         assert shared_redis(crawler).connection_pool.connection_kwargs["port"] == port
         del crawler
         if port % 10 == 0:
@@ -150,7 +170,13 @@ async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rou
     from scrapy_frontier.pipelines.cache import RedisCachePipeline
     from scrapy_frontier.pipelines.storage import StoragePipeline
 
-    settings = {"TWISTED_REACTOR_ENABLED": False, "REDIS_URL": redis_url, "MYSQL_URL": mysql_url, "DEAD_LETTER_DIR": dead_dir, "REDIS_CACHE_TTL": 3600}
+    settings = {
+        "TWISTED_REACTOR_ENABLED": False,
+        "REDIS_URL": redis_url,
+        "MYSQL_URL": mysql_url,
+        "DEAD_LETTER_DIR": dead_dir,
+        "REDIS_CACHE_TTL": 3600,
+    }
     crawler = get_crawler(type("site", (Spider,), {"name": "site"}), settings)
     crawler.spider = crawler._create_spider()
     cache, storage = RedisCachePipeline.from_crawler(crawler), StoragePipeline.from_crawler(crawler)
@@ -168,7 +194,9 @@ async def _cache_then_storage(redis_url: str, mysql_url: str, dead_dir: str, rou
         for items in rounds:
             first = await cache.process_item(items[0])
             answered_at_return.append(cache._answered >= cache._queued)
-            await asyncio.wait_for(asyncio.gather(storage.process_item(first), *(chain(item) for item in items[1:])), 60)
+            await asyncio.wait_for(
+                asyncio.gather(storage.process_item(first), *(chain(item) for item in items[1:])), 60
+            )
         await storage.close_spider()
         await cache.close_spider()
     finally:

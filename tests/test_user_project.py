@@ -36,9 +36,26 @@ SPIDERS_DIR = Path(__file__).parent / "fixtures" / "user_project"
 PROJECT = "shop"
 ADDONS = 'ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}'
 #: What ``pip install <repository>`` must bring along (pyproject's dependencies), by import name.
-RUNTIME_IMPORTS = ("scrapy", "redis", "pymysql", "itemadapter", "pythonjsonlogger", "prometheus_client", "scrapy_frontier", "scrapy_redis")
+RUNTIME_IMPORTS = (
+    "scrapy",
+    "redis",
+    "pymysql",
+    "itemadapter",
+    "pythonjsonlogger",
+    "prometheus_client",
+    "scrapy_frontier",
+    "scrapy_redis",
+)
 #: Variables of this test run that a user's worker would not have.
-FOREIGN_ENV = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "SCRAPY_SETTINGS_MODULE", "SCRAPY_PROJECT", "REDIS_URL", "MYSQL_URL")
+FOREIGN_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "SCRAPY_SETTINGS_MODULE",
+    "SCRAPY_PROJECT",
+    "REDIS_URL",
+    "MYSQL_URL",
+)
 #: Given to every crawl with ``-s``: workers exit soon after the crawl is done (a whole number of
 #: seconds: scrapy-redis reads it with ``int()``); in place of the generated settings' one request
 #: per second per worker (DOWNLOAD_DELAY = 1, CONCURRENT_REQUESTS_PER_DOMAIN = 1), ten per second
@@ -75,8 +92,22 @@ def user_project(tmp_path_factory) -> UserProject:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=user_env())
     python = venv / "bin" / "python"
     pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(ROOT), "scrapy-redis==0.9.1"],
-        check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=600,
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            str(ROOT),
+            "scrapy-redis==0.9.1",
+        ],
+        check=False,
+        cwd=base,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert pip.returncode == 0, f"pip install failed:\n{pip.stdout[-3000:]}\n{pip.stderr[-3000:]}"
     probe = (
@@ -89,13 +120,25 @@ def user_project(tmp_path_factory) -> UserProject:
         "        failed[name] = f'{type(exc).__name__}: {exc}'\n"
         "print(json.dumps({'failed': failed, 'crawler': importlib.util.find_spec('crawler') is not None}))\n"
     )
-    found = subprocess.run([str(python), "-c", probe], check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
+    found = subprocess.run(
+        [str(python), "-c", probe], check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=120
+    )
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert result["failed"] == {}, f"the installed package does not bring its runtime dependencies: {result['failed']}"
-    assert result["crawler"] is False, "pip install ships this repository's own Scrapy project (a package named crawler)"
+    assert result["crawler"] is False, (
+        "pip install ships this repository's own Scrapy project (a package named crawler)"
+    )
 
-    made = subprocess.run([str(python), "-m", "scrapy", "startproject", PROJECT], check=False, cwd=base, env=user_env(), capture_output=True, text=True, timeout=120)
+    made = subprocess.run(
+        [str(python), "-m", "scrapy", "startproject", PROJECT],
+        check=False,
+        cwd=base,
+        env=user_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     root = base / PROJECT
     settings = root / PROJECT / "settings.py"
@@ -110,14 +153,24 @@ class UserWorker(Worker):
     """``scrapy crawl`` in the user's project with its venv's python (conftest's :class:`Worker`
     runs this repository's project)."""
 
-    def __init__(self, project: UserProject, spider: str, settings: dict[str, str], env: dict[str, str], args: list[str], log: Path) -> None:
+    def __init__(
+        self,
+        project: UserProject,
+        spider: str,
+        settings: dict[str, str],
+        env: dict[str, str],
+        args: list[str],
+        log: Path,
+    ) -> None:
         cmd = [str(project.python), "-m", "scrapy", "crawl", spider]
         for k, v in {**CRAWL_SETTINGS, **settings}.items():
             cmd += ["-s", f"{k}={v}"]
         cmd += args
         self.log_path = log
         self._log = log.open("wb")
-        self.proc = subprocess.Popen(cmd, cwd=project.root, env=user_env(**env), stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, cwd=project.root, env=user_env(**env), stdout=self._log, stderr=subprocess.STDOUT
+        )
 
 
 @pytest.fixture
@@ -126,10 +179,19 @@ def crawl(user_project, tmp_path, redis_url, mysql_url):
     project started at once, ``REDIS_URL`` and ``MYSQL_URL`` in their environment."""
     workers: list[UserWorker] = []
 
-    def start(spider: str, n: int = 2, settings: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> list[UserWorker]:
+    def start(
+        spider: str, n: int = 2, settings: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    ) -> list[UserWorker]:
         env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
         new = [
-            UserWorker(user_project, spider, {"DEAD_LETTER_DIR": str(tmp_path), **(settings or {})}, env, list(args), tmp_path / f"{spider}-{len(workers) + i}.log")
+            UserWorker(
+                user_project,
+                spider,
+                {"DEAD_LETTER_DIR": str(tmp_path), **(settings or {})},
+                env,
+                list(args),
+                tmp_path / f"{spider}-{len(workers) + i}.log",
+            )
             for i in range(n)
         ]
         workers.extend(new)
@@ -147,7 +209,11 @@ def finish(workers: list[UserWorker], expected_errors: str = "") -> None:
         assert w.wait(120) == 0, w.output[-4000:]
     for w in workers:
         assert "Traceback" not in w.output, w.output[-4000:]
-        errors = [line for line in w.output.splitlines() if " ERROR: " in line and not (expected_errors and re.search(expected_errors, line))]
+        errors = [
+            line
+            for line in w.output.splitlines()
+            if " ERROR: " in line and not (expected_errors and re.search(expected_errors, line))
+        ]
         assert not errors, errors[:5]
 
 
@@ -179,7 +245,9 @@ def stored_documents(mysql_query, spider: str) -> list[dict]:
     try:
         rows = mysql_query("SELECT document FROM items WHERE spider = %s AND item_type = 'dict'", spider)
     except pymysql.err.ProgrammingError as exc:
-        pytest.fail(f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a schema")
+        pytest.fail(
+            f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a schema"
+        )
     return [json.loads(document) for (document,) in rows]
 
 
@@ -197,7 +265,9 @@ def test_redis_crawl_spider_with_rules(tutorial_site, crawl, redis_client, mysql
     workers = crawl("user_redis")
     for w in workers:
         w.wait_for("Joined the crawl")
-    redis_client.lpush("user_redis:seeds", start, server.url + "tutorial/appetite.html", server.url + "tutorial/venv.html")
+    redis_client.lpush(
+        "user_redis:seeds", start, server.url + "tutorial/appetite.html", server.url + "tutorial/venv.html"
+    )
     finish(workers)
     assert_fetched_once(server, expected)
     for w in workers:
@@ -239,11 +309,17 @@ def test_sitemap_spider_with_gzipped_sitemap(tutorial_site, tmp_path, crawl, mys
 
     (root / "sitemap-a.xml").write_bytes(urlset(pages[:half]))
     (root / "sitemap-b.xml.gz").write_bytes(gzip.compress(urlset(pages[half:])))
-    index = "".join(f"<sitemap><loc>{server.url}{name}</loc></sitemap>" for name in ("sitemap-a.xml", "sitemap-b.xml.gz"))
-    (root / "sitemap-index.xml").write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{index}</sitemapindex>\n')
+    index = "".join(
+        f"<sitemap><loc>{server.url}{name}</loc></sitemap>" for name in ("sitemap-a.xml", "sitemap-b.xml.gz")
+    )
+    (root / "sitemap-index.xml").write_text(
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{index}</sitemapindex>\n'
+    )
     workers = crawl("user_sitemap", args=("-a", f"sitemap={server.url}sitemap-index.xml"))
     finish(workers)
-    assert_fetched_once(server, expected, also=("/robots.txt", "/sitemap-index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz"))
+    assert_fetched_once(
+        server, expected, also=("/robots.txt", "/sitemap-index.xml", "/sitemap-a.xml", "/sitemap-b.xml.gz")
+    )
     assert_shared(workers, len(expected) + 4)
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert_stored(mysql_query, "user_sitemap", expected)
@@ -277,7 +353,12 @@ def test_two_crawl_ids_share_one_redis(tutorial_site, crawl, redis_client, mysql
     workers = [
         w
         for crawl_id in ("one", "two")
-        for w in crawl("user_pages", n=1, settings={"CRAWL_ID": crawl_id, "SCHEDULER_PERSIST": "True"}, args=("-a", f"start_url={start}"))
+        for w in crawl(
+            "user_pages",
+            n=1,
+            settings={"CRAWL_ID": crawl_id, "SCHEDULER_PERSIST": "True"},
+            args=("-a", f"start_url={start}"),
+        )
     ]
     finish(workers)
     fetched = server.fetches()
@@ -286,13 +367,17 @@ def test_two_crawl_ids_share_one_redis(tutorial_site, crawl, redis_client, mysql
     keys = sorted(k.decode() for k in redis_client.scan_iter(match="*user_pages*", count=1000))
     assert keys and all(k.startswith(("user_pages@one:", "user_pages@two:")) for k in keys), keys
     for crawl_id in ("one", "two"):
-        assert int(redis_client.get(f"user_pages@{crawl_id}:dupefilter:count") or 0) >= len(expected), keys  # packed, persisted
+        assert int(redis_client.get(f"user_pages@{crawl_id}:dupefilter:count") or 0) >= len(expected), (
+            keys
+        )  # packed, persisted
     assert_stored(mysql_query, "user_pages", expected)
 
 
 def test_a_bad_crawl_id_stops_the_crawl_at_start(tutorial_site, crawl, redis_client):
     server, _ = tutorial_site
-    (worker,) = crawl("user_pages", n=1, settings={"CRAWL_ID": "a:b"}, args=("-a", f"start_url={server.url}tutorial/index.html"))
+    (worker,) = crawl(
+        "user_pages", n=1, settings={"CRAWL_ID": "a:b"}, args=("-a", f"start_url={server.url}tutorial/index.html")
+    )
     assert worker.wait(120) == 2, worker.output[-4000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "CRAWL_ID='a:b'" in errors[0], errors

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 #: Request meta key holding the hosts a request's descendants may visit.
 HOSTS_META = "site_hosts"
 
+
 class SiteSpider(scrapy.Spider):
     """Crawl every page of the start URLs' hosts.
 
@@ -57,7 +58,11 @@ class SiteSpider(scrapy.Spider):
         yield self.page(response, links)
         for url in links:
             parts = urlsplit(url)
-            if parts.scheme in ("http", "https") and parts.hostname in hosts and not url_has_any_extension(url, IGNORED_EXTENSIONS):
+            if (
+                parts.scheme in ("http", "https")
+                and parts.hostname in hosts
+                and not url_has_any_extension(url, IGNORED_EXTENSIONS)
+            ):
                 yield response.follow(url, callback=self.parse, meta={HOSTS_META: hosts})
 
     @staticmethod
@@ -80,7 +85,9 @@ class SiteSpider(scrapy.Spider):
             final_url=response.url,
             status=response.status,
             title=" ".join(response.xpath("//title//text()").getall()).strip() or None,
-            description=response.xpath("//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content").get(),
+            description=response.xpath(
+                "//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content"
+            ).get(),
             language=response.xpath("/html/@lang").get(),
             headings=headings,
             text=text,

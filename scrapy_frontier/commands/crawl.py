@@ -33,7 +33,10 @@ class Command(ScrapyCrawlCommand):
             # Scrapy would log its start-up lines and end in a traceback (KeyError: 'Spider not found')
             names = sorted(get_spider_loader(self.settings).list())
             if args[0] not in names:
-                print(f"error: this project has no spider {args[0]!r}; its spiders: {', '.join(names) or 'none'}", file=sys.stderr)
+                print(
+                    f"error: this project has no spider {args[0]!r}; its spiders: {', '.join(names) or 'none'}",
+                    file=sys.stderr,
+                )
                 raise SystemExit(2)
         # LOG_JSON: the JSON handler must be in place before the CrawlerProcess logs its first line.
         try:

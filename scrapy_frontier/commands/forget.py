@@ -79,7 +79,13 @@ class Command(RedisCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--pattern", metavar="GLOB", action="append", default=[], help="forget the stored items' URLs matching GLOB (fnmatch), e.g. 'https://example.com/news/*'")
+        parser.add_argument(
+            "--pattern",
+            metavar="GLOB",
+            action="append",
+            default=[],
+            help="forget the stored items' URLs matching GLOB (fnmatch), e.g. 'https://example.com/news/*'",
+        )
         parser.add_argument("--push", action="store_true", help="also push the forgotten URLs to <spider>:start_urls")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -130,7 +136,10 @@ class Command(RedisCommand):
                 self._shown.append(shown_payload(raw))
                 continue
             fingerprints.setdefault(fingerprinter.fingerprint(request).hex(), raw)
-            shard_of.setdefault(fingerprinter.fingerprint(request).hex(), keys.shard_of(slot_of(urlparse_cached(request).hostname)).index)
+            shard_of.setdefault(
+                fingerprinter.fingerprint(request).hex(),
+                keys.shard_of(slot_of(urlparse_cached(request).hostname)).index,
+            )
         known = 0
         if fingerprints:
             dupefilter = Dupefilter(client, keys, config)
@@ -166,11 +175,18 @@ class Command(RedisCommand):
         if not cache_keys:
             print(f"warning: no item in the cache {keys.item_cache_match}: --pattern matches nothing", file=sys.stderr)
         elif not urls:
-            print("warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches nothing", file=sys.stderr)
+            print(
+                "warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches nothing",
+                file=sys.stderr,
+            )
         return urls
 
     def describe(self, result: dict[str, Any]) -> str:
         lines = [f"refused {shown} ({r['reason']}): {r['detail']}" for shown, r in zip(self._shown, result["refused"])]
-        known = "" if result["known"] is None else f" ({result['known']} {'was' if result['known'] == 1 else 'were'} in it)"
-        lines.append(f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed {result['pushed']}")
+        known = (
+            "" if result["known"] is None else f" ({result['known']} {'was' if result['known'] == 1 else 'were'} in it)"
+        )
+        lines.append(
+            f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed {result['pushed']}"
+        )
         return "\n".join(lines)

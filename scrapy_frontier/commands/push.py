@@ -32,7 +32,9 @@ class Command(RedisCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--file", metavar="FILE", help="read payloads from FILE, one per line ('-': standard input)")
+        parser.add_argument(
+            "--file", metavar="FILE", help="read payloads from FILE, one per line ('-': standard input)"
+        )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args:
@@ -66,7 +68,10 @@ class Command(RedisCommand):
                 continue
             good.append(raw)
             if unknown:
-                print(f"warning: {request.url}: unknown keys {', '.join(map(repr, unknown))} will be ignored", file=sys.stderr)
+                print(
+                    f"warning: {request.url}: unknown keys {', '.join(map(repr, unknown))} will be ignored",
+                    file=sys.stderr,
+                )
         self.push_start_urls(client, keys, good)
         return {"pushed": len(good), "refused": self._refused}
 

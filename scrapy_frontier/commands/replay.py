@@ -40,7 +40,9 @@ class Command(RedisCommand):
             types = declared_item_types(self.settings)
             backend = backend_for(self.settings)
             backend.connect()
-            written, refused, problems = replay_pending(client, keys, node, backend, types, self.settings.get("STORAGE_DOCUMENT_KEY") or None)
+            written, refused, problems = replay_pending(
+                client, keys, node, backend, types, self.settings.get("STORAGE_DOCUMENT_KEY") or None
+            )
         except SchemaError as exc:
             return self._fail(exc.describe())
         except ConfigError as exc:
@@ -48,7 +50,9 @@ class Command(RedisCommand):
         except ConnectionLost as exc:
             return self._fail(f"MYSQL_URL {redact_url(url)}: {exc}" if url else str(exc))
         except Exception as exc:  # e.g. MySQL 1142, no CREATE right: the batch is back in the pending list
-            return self._fail(f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}")
+            return self._fail(
+                f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}"
+            )
         finally:
             if backend is not None:
                 backend.close()

@@ -75,12 +75,22 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     start_invalid, items_invalid, items_pending, totals = answers[-4:]
     return {
         "spider": keys.spider,
-        "frontier": {"queued": status.depth, "hosts": status.hosts, "in_flight": status.inflight, "start_urls_waiting": status.start_urls},
+        "frontier": {
+            "queued": status.depth,
+            "hosts": status.hosts,
+            "in_flight": status.inflight,
+            "start_urls_waiting": status.start_urls,
+        },
         "dupefilter_size": status.seen,
         "workers": workers,
         "pages": sum(w["pages"] for w in workers),
         "items": sum(w["items"] for w in workers),
-        "dead_letters": {"requests_failed": status.failed, "start_urls_invalid": start_invalid, "items_invalid": items_invalid, "items_pending": items_pending},
+        "dead_letters": {
+            "requests_failed": status.failed,
+            "start_urls_invalid": start_invalid,
+            "items_invalid": items_invalid,
+            "items_pending": items_pending,
+        },
         "idle": status.idle,
         "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
     }
@@ -132,7 +142,9 @@ class Command(RedisCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except redis_module.exceptions.RedisError as exc:
-            return self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
+            return self._fail(
+                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
+            )
         try:
             if opts.json:
                 write_out(json.dumps({"crawls": crawls}, ensure_ascii=False))
@@ -154,7 +166,12 @@ class Command(RedisCommand):
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
-        parser.add_argument("--watch", type=float, metavar="SECONDS", help="read it again every SECONDS until interrupted (redrawn in place on a terminal)")
+        parser.add_argument(
+            "--watch",
+            type=float,
+            metavar="SECONDS",
+            help="read it again every SECONDS until interrupted (redrawn in place on a terminal)",
+        )
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
@@ -188,7 +205,8 @@ class Command(RedisCommand):
             f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
             f"  dead letters: {plural(d['requests_failed'], 'failed request')}, {plural(d['start_urls_invalid'], 'refused start URL')}, "
             f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
-            "  totals (every worker since the crawl began): " + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
+            "  totals (every worker since the crawl began): "
+            + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
             f"  workers: {len(result['workers'])}",
         ]
         for w in result["workers"]:

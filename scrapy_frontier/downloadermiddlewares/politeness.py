@@ -85,7 +85,12 @@ class SharedPolitenessMiddleware:
                 return None
             keys = keys_of(self.crawler)
             self.politeness = Politeness(
-                client, keys, default_rate=self.default_rate, min_factor=self.min_factor, recovery_step=self.recovery_step, base_rate=self.base_rate
+                client,
+                keys,
+                default_rate=self.default_rate,
+                min_factor=self.min_factor,
+                recovery_step=self.recovery_step,
+                base_rate=self.base_rate,
             )
             await self.politeness.seed_rates(self.seed)
             self._watcher = asyncio.get_running_loop().create_task(self.politeness.watch(self._on_host_limited))
@@ -127,7 +132,10 @@ class SharedPolitenessMiddleware:
                 self.stats.inc_value(f"politeness/slowed/{response.status}")
                 logger.warning(
                     "Slowing %s down for every worker (HTTP %d): rate x%.2f%s",
-                    host, response.status, factor, f", paused {pause:.1f}s (Retry-After)" if pause else "",
+                    host,
+                    response.status,
+                    factor,
+                    f", paused {pause:.1f}s (Retry-After)" if pause else "",
                 )
             elif host in self._slowed and response.status < 400:
                 if await politeness.recover(host) >= 1:

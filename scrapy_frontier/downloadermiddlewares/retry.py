@@ -107,7 +107,12 @@ class BackoffRetryMiddleware(RetryMiddleware):
             return None
         retry = self._retry(request, exception)
         if retry is None:
-            request.meta[FAILED_META] = {"reason": "retries_exhausted", "exception": f"{type(exception).__name__}: {exception}"[:500]}
+            request.meta[FAILED_META] = {
+                "reason": "retries_exhausted",
+                "exception": f"{type(exception).__name__}: {exception}"[:500],
+            }
             return None
-        retry.meta[NOT_BEFORE_META] = self.clock.time() + backoff_delay(retry.meta.get("retry_times", 1), self.base, self.cap)
+        retry.meta[NOT_BEFORE_META] = self.clock.time() + backoff_delay(
+            retry.meta.get("retry_times", 1), self.base, self.cap
+        )
         return retry

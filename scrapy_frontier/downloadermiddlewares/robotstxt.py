@@ -55,7 +55,9 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
             parser = await self._shared_parser(client, request, netloc)
         except Exception as exc:  # Redis trouble: fetch it ourselves, as Scrapy would
             if not redis_health(self.crawler).failed(exc):  # an outage is reported once for the worker
-                logger.warning("Shared robots.txt cache unavailable for %s (%s); fetching it here", netloc, describe_error(exc))
+                logger.warning(
+                    "Shared robots.txt cache unavailable for %s (%s); fetching it here", netloc, describe_error(exc)
+                )
             del self._parsers[netloc]
             parser = await super().robot_parser(request)
             if not waiting.called:
@@ -78,7 +80,12 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
                 break
             await asyncio.sleep(0.2)
         url = urlparse_cached(request)
-        robots = Request(f"{url.scheme}://{netloc}/robots.txt", priority=self.DOWNLOAD_PRIORITY, meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
+        robots = Request(
+            f"{url.scheme}://{netloc}/robots.txt",
+            priority=self.DOWNLOAD_PRIORITY,
+            meta={"dont_obey_robotstxt": True},
+            callback=NO_CALLBACK,
+        )
         self._stats.inc_value("robotstxt/request_count")
         try:
             response: Response = await self.crawler.engine.download_async(robots)
@@ -104,7 +111,12 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
             await Politeness(client, keys).set_robots_delay(host, delay)
             self.crawler.signals.send_catch_log(host_limited, host=host)
             self._stats.set_value(f"politeness/robots_delay/{host}", delay)
-            logger.info("robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request each %.1fs", host, delay, delay)
+            logger.info(
+                "robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request each %.1fs",
+                host,
+                delay,
+                delay,
+            )
         return parser
 
     def _crawl_delay(self, parser: Any) -> float | None:

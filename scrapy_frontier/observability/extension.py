@@ -119,7 +119,9 @@ class Observability:
         self._pages.inc()
         by_status = self._by_status.get(response.status)
         if by_status is None:
-            by_status = self._by_status[response.status] = self.metrics.responses.labels(spider=self.spider_name, status=str(response.status))
+            by_status = self._by_status[response.status] = self.metrics.responses.labels(
+                spider=self.spider_name, status=str(response.status)
+            )
         by_status.inc()
         latency = request.meta.get("download_latency")
         if isinstance(latency, (int, float)):
@@ -165,7 +167,13 @@ class Observability:
             else:
                 with contextlib.suppress(redis.exceptions.RedisError, OSError):
                     await ready(self.redis)  # unreachable: the scheduler reports it
-                self.cluster = ClusterTotals(self.redis, keys, node_id_of(self.crawler), start_urls_as_set=self.start_urls_as_set, health=redis_health(self.crawler))
+                self.cluster = ClusterTotals(
+                    self.redis,
+                    keys,
+                    node_id_of(self.crawler),
+                    start_urls_as_set=self.start_urls_as_set,
+                    health=redis_health(self.crawler),
+                )
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _serve(self) -> None:
@@ -173,11 +181,18 @@ class Observability:
         try:
             self.server, moved = await asyncio.to_thread(start_server, self.host, self.ports, self.metrics.registry)
         except OSError as exc:
-            logger.error("Setting METRICS_HOST=%r, METRICS_PORT=%s: cannot serve metrics there (%s)", self.host, ports, exc)
+            logger.error(
+                "Setting METRICS_HOST=%r, METRICS_PORT=%s: cannot serve metrics there (%s)", self.host, ports, exc
+            )
             raise CloseSpider(CONFIG_ERROR) from None
         if moved:
             which = f"METRICS_PORT {ports}" if len(self.ports) == 1 else f"Every port of METRICS_PORT {ports}"
-            logger.warning("%s is in use on %s; serving metrics on port %d instead (recorded in the node registry)", which, self.host, self.server.server_port)
+            logger.warning(
+                "%s is in use on %s; serving metrics on port %d instead (recorded in the node registry)",
+                which,
+                self.host,
+                self.server.server_port,
+            )
         self.address = server_address(self.host, self.server.server_port)
         self.stats.set_value("metrics/address", self.address)
         logger.info("Serving Prometheus metrics on http://%s/metrics", self.address)

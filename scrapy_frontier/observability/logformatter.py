@@ -29,18 +29,24 @@ def item_label(item: Any) -> str:
 
 
 class LogFormatter(logformatter.LogFormatter):
-    def scraped(self, item: Any, response: Response | Failure | None, spider: Spider) -> logformatter.LogFormatterResult:
+    def scraped(
+        self, item: Any, response: Response | Failure | None, spider: Spider
+    ) -> logformatter.LogFormatterResult:
         result = super().scraped(item, response, spider)
         result["args"]["item"] = item_label(item)
         return result
 
-    def dropped(self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider) -> logformatter.LogFormatterResult:
+    def dropped(
+        self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider
+    ) -> logformatter.LogFormatterResult:
         result = super().dropped(item, exception, response, spider)
         result["msg"] = "Dropped %(item)s: %(exception)s"
         result["args"]["item"] = item_label(item)
         return result
 
-    def item_error(self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider) -> logformatter.LogFormatterResult:
+    def item_error(
+        self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider
+    ) -> logformatter.LogFormatterResult:
         result = super().item_error(item, exception, response, spider)
         result["args"]["item"] = item_label(item)
         return result

@@ -43,7 +43,9 @@ CLUSTER = "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(c
 async def read_cluster(frontier: Frontier) -> tuple[Status, int, int]:
     """The frontier's status (with its depth) and the cluster totals ``pages`` and
     ``items_stored`` of ``<spider>:stats``, sent together. Raises Redis errors."""
-    status, (pages, stored) = await asyncio.gather(frontier.status(deep=True), frontier.redis.hmget(frontier.keys.stats, "pages", "items_stored"))
+    status, (pages, stored) = await asyncio.gather(
+        frontier.status(deep=True), frontier.redis.hmget(frontier.keys.stats, "pages", "items_stored")
+    )
     return status, int(pages or 0), int(stored or 0)
 
 
@@ -79,17 +81,29 @@ class ClusterLogStats(LogStats):
         if self._frontier is None or self._frontier.redis is not client:
             settings = self.crawler.settings
             keys = keys_of(self.crawler)
-            self._frontier = Frontier(client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET"))
+            self._frontier = Frontier(
+                client, keys, node_id_of(self.crawler), start_urls_as_set=settings.getbool("REDIS_START_URLS_AS_SET")
+            )
         try:
             status, pages, stored = await read_cluster(self._frontier)
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError, AttributeError) as exc:
             if isinstance(exc, AttributeError) and not client_failure(exc):
                 raise
-            logger.info(LOCAL + "; cluster: unavailable (%(error)s)", {**local, "error": describe_error(exc)}, extra={"spider": spider})
+            logger.info(
+                LOCAL + "; cluster: unavailable (%(error)s)",
+                {**local, "error": describe_error(exc)},
+                extra={"spider": spider},
+            )
             return
         prev, self._cluster_prev = self._cluster_prev, pages
         rate = (pages - prev) * self.multiplier if prev is not None else 0
-        cluster = {"cluster_pages": plural(pages, "page"), "cluster_pagerate": rate, "cluster_items": plural(stored, "item"), "queued": status.depth, "workers": plural(status.nodes, "worker")}
+        cluster = {
+            "cluster_pages": plural(pages, "page"),
+            "cluster_pagerate": rate,
+            "cluster_items": plural(stored, "item"),
+            "queued": status.depth,
+            "workers": plural(status.nodes, "worker"),
+        }
         logger.info(LOCAL + CLUSTER, {**local, **cluster}, extra={"spider": spider})
 
     def spider_closed(self, spider: Spider, reason: str) -> None:

@@ -38,16 +38,66 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 #: Every metric, in exposition order.
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("crawler_pages_total", Counter, ("spider",), "Responses received by this worker."),
-    MetricSpec("crawler_responses_total", Counter, ("spider", "status"), "Responses received by this worker, by HTTP status code."),
-    MetricSpec("crawler_items_stored_total", Counter, ("spider",), "Items committed to the database by this worker's storage pipeline."),
-    MetricSpec("crawler_items_dropped_total", Counter, ("spider", "reason"), "Items dropped by a pipeline of this worker, by reason (validation reason or exception class)."),
-    MetricSpec("crawler_retries_total", Counter, ("spider", "reason"), "Requests this worker rescheduled for a retry, by reason."),
-    MetricSpec("crawler_download_latency_seconds", Histogram, ("spider",), "Download latency of this worker's responses, seconds (request sent to response headers)."),
-    MetricSpec("crawler_frontier_depth", Gauge, ("spider",), "Requests queued in the shared frontier, cluster-wide (distributed mode)."),
-    MetricSpec("crawler_leases_inflight", Gauge, ("spider",), "Requests this worker has leased from the frontier and not yet acknowledged (distributed mode)."),
-    MetricSpec("crawler_dead_letters", Gauge, ("spider", "kind"), "Length of a dead-letter list, kind = requests, start_urls or items (distributed mode)."),
-    MetricSpec("crawler_throttled_hosts", Gauge, ("spider",), "Hosts under a rate limit, a pause or a robots.txt Crawl-delay, cluster-wide (distributed mode)."),
-    MetricSpec("crawler_politeness_wait_seconds_total", Counter, ("spider",), "Seconds this worker's requests waited for their host's shared send time."),
+    MetricSpec(
+        "crawler_responses_total",
+        Counter,
+        ("spider", "status"),
+        "Responses received by this worker, by HTTP status code.",
+    ),
+    MetricSpec(
+        "crawler_items_stored_total",
+        Counter,
+        ("spider",),
+        "Items committed to the database by this worker's storage pipeline.",
+    ),
+    MetricSpec(
+        "crawler_items_dropped_total",
+        Counter,
+        ("spider", "reason"),
+        "Items dropped by a pipeline of this worker, by reason (validation reason or exception class).",
+    ),
+    MetricSpec(
+        "crawler_retries_total",
+        Counter,
+        ("spider", "reason"),
+        "Requests this worker rescheduled for a retry, by reason.",
+    ),
+    MetricSpec(
+        "crawler_download_latency_seconds",
+        Histogram,
+        ("spider",),
+        "Download latency of this worker's responses, seconds (request sent to response headers).",
+    ),
+    MetricSpec(
+        "crawler_frontier_depth",
+        Gauge,
+        ("spider",),
+        "Requests queued in the shared frontier, cluster-wide (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_leases_inflight",
+        Gauge,
+        ("spider",),
+        "Requests this worker has leased from the frontier and not yet acknowledged (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_dead_letters",
+        Gauge,
+        ("spider", "kind"),
+        "Length of a dead-letter list, kind = requests, start_urls or items (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_throttled_hosts",
+        Gauge,
+        ("spider",),
+        "Hosts under a rate limit, a pause or a robots.txt Crawl-delay, cluster-wide (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_politeness_wait_seconds_total",
+        Counter,
+        ("spider",),
+        "Seconds this worker's requests waited for their host's shared send time.",
+    ),
 )
 
 #: The exposed metric family names (what deploy/ checks and the Grafana dashboard query).

@@ -36,7 +36,9 @@ def parse_ports(value: Any) -> list[int]:
             return [first]
         if 1 <= first <= last <= 65535:
             return list(range(first, last + 1))
-    raise ValueError(f"Setting METRICS_PORT={value!r} is not a port (0-65535, 0 = any free port) or a range like {DEFAULT_PORTS}")
+    raise ValueError(
+        f"Setting METRICS_PORT={value!r} is not a port (0-65535, 0 = any free port) or a range like {DEFAULT_PORTS}"
+    )
 
 
 def ports_text(ports: list[int]) -> str:

@@ -82,7 +82,15 @@ class ClusterTotals:
     for the worker); another Redis error is logged once, then again when Redis answers; the
     deltas not added are added by the next refresh."""
 
-    def __init__(self, client: Redis, keys: Keys, node_id: str, *, start_urls_as_set: bool = False, health: RedisHealth | None = None) -> None:
+    def __init__(
+        self,
+        client: Redis,
+        keys: Keys,
+        node_id: str,
+        *,
+        start_urls_as_set: bool = False,
+        health: RedisHealth | None = None,
+    ) -> None:
         self.redis = client
         self.keys = keys
         self.node_id = node_id
@@ -102,7 +110,11 @@ class ClusterTotals:
         metrics server's ``host:port``) as field ``metrics`` of this node's info hash. Returns the
         gauges, or None (``final``, or Redis unreachable). Errors other than Redis's are raised."""
         counts = cluster_counts(stats)
-        deltas = {field: value - self._pushed.get(field, 0) for field, value in counts.items() if value != self._pushed.get(field, 0)}
+        deltas = {
+            field: value - self._pushed.get(field, 0)
+            for field, value in counts.items()
+            if value != self._pushed.get(field, 0)
+        }
         if final and not deltas:
             return None
         k = self.keys
@@ -136,7 +148,9 @@ class ClusterTotals:
                 pass  # an outage, or Redis out of memory: reported once for the worker
             elif not self._failing and self._answered and not self.quiet:
                 # (at start-up the scheduler reports an unusable Redis and closes the crawl)
-                logger.warning("Metrics: Redis error (%s); totals and gauges are updated when it answers", describe_error(error))
+                logger.warning(
+                    "Metrics: Redis error (%s); totals and gauges are updated when it answers", describe_error(error)
+                )
                 self._failing = True
             return None
         self._answered = True

@@ -154,7 +154,9 @@ class RedisCachePipeline:
         self.redis = optional_shared_redis(self.crawler)
         lean = not self.keep_items
         self._put = self.redis.register_script(_CHECK if lean else _PUT) if self.redis is not None else None
-        self._mark = self.redis.register_script(_MARK_LEAN if lean else _MARK_STORED) if self.redis is not None else None
+        self._mark = (
+            self.redis.register_script(_MARK_LEAN if lean else _MARK_STORED) if self.redis is not None else None
+        )
         self.crawler.signals.connect(self._on_stored, items_stored)
 
     def _key(self, item: Any) -> tuple[str, bytes | None, str, Mapping[str, Any]] | None:
@@ -193,7 +195,9 @@ class RedisCachePipeline:
             calls = []
             for group in groups.values():
                 if self.keep_items:
-                    calls.append(self._mark(keys=[k for k, _, _ in group], args=[f"{self.store}:{h}" for _, _, h in group]))
+                    calls.append(
+                        self._mark(keys=[k for k, _, _ in group], args=[f"{self.store}:{h}" for _, _, h in group])
+                    )
                 else:
                     args: list[Any] = [self.ttl]
                     for _, field, h in group:
@@ -206,7 +210,10 @@ class RedisCachePipeline:
                 return  # an outage, or Redis out of memory: reported once for the worker
             if not self._marks_failing:
                 self._marks_failing = True
-                logger.warning("Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers", describe_error(exc))
+                logger.warning(
+                    "Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers",
+                    describe_error(exc),
+                )
         else:
             self.health.answered()
             if self._marks_failing:
@@ -218,7 +225,11 @@ class RedisCachePipeline:
         if key_hash is None:
             return item
         key, field, content_hash, values = key_hash
-        data = _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict()) if self.keep_items or self.push_list else ""
+        data = (
+            _to_json(values if isinstance(values, dict) else ItemAdapter(item).asdict())
+            if self.keep_items or self.push_list
+            else ""
+        )
         self._waiting.append((key, field, content_hash, data, item))
         self._queued += 1
         if self._writer is None:
@@ -303,7 +314,10 @@ class RedisCachePipeline:
                     # an outage, or Redis out of memory, is reported once for the worker
                     if not self.health.failed(exc) and not self._failing:
                         self._failing = True
-                        logger.warning("Redis cache writes fail (%s); items go on to storage uncached until Redis answers", describe_error(exc))
+                        logger.warning(
+                            "Redis cache writes fail (%s); items go on to storage uncached until Redis answers",
+                            describe_error(exc),
+                        )
                     olds = [None] * len(batch)
                 else:
                     self.health.answered()

@@ -160,7 +160,9 @@ class StoragePipeline:
         logger.info("Storing items in %s", self.backend.name)
         self._cache = self._find_cache()
         # A crawl a setting stops at open writes nothing to Redis (its keys may not be known yet).
-        self._sync_redis = sync_redis(self.crawler.settings) if redis is not None and not failed_at_open(self.crawler) else None
+        self._sync_redis = (
+            sync_redis(self.crawler.settings) if redis is not None and not failed_at_open(self.crawler) else None
+        )
         await self._replay()
 
     def _find_cache(self) -> RedisCachePipeline | None:
@@ -178,7 +180,14 @@ class StoragePipeline:
             return
         try:
             written, refused, problems = await self._in_thread(
-                replay_pending, self._sync_redis, self.keys, node_id_of(self.crawler), self.backend, self.types, self.document_key, self.batch_size
+                replay_pending,
+                self._sync_redis,
+                self.keys,
+                node_id_of(self.crawler),
+                self.backend,
+                self.types,
+                self.document_key,
+                self.batch_size,
             )
         except (ConnectionLost, RedisError, OSError) as exc:
             if isinstance(exc, RedisError) and redis_health(self.crawler).failed(exc):
@@ -186,12 +195,23 @@ class StoragePipeline:
             logger.warning("Could not replay pending items yet (%s)", exc)
             return
         except Exception as exc:  # the batch is back in the pending list; the crawl goes on
-            logger.error("Replaying pending items failed (%s: %s); they stay in %s", type(exc).__name__, exc, self.keys.items_pending)
+            logger.error(
+                "Replaying pending items failed (%s: %s); they stay in %s",
+                type(exc).__name__,
+                exc,
+                self.keys.items_pending,
+            )
             return
         if written or refused:
             self.stats.inc_value("storage/replayed", written)
             self.stats.inc_value("storage/refused", refused)
-            logger.warning("Replayed %s from %s (%d refused, kept in %s)", plural(written, "pending item"), self.keys.items_pending, refused, self.keys.items_invalid)
+            logger.warning(
+                "Replayed %s from %s (%d refused, kept in %s)",
+                plural(written, "pending item"),
+                self.keys.items_pending,
+                refused,
+                self.keys.items_invalid,
+            )
             for problem, count in problems.most_common(5):
                 logger.warning("%s refused: %s", plural(count, "pending item"), problem)
 
@@ -203,7 +223,9 @@ class StoragePipeline:
     async def process_item(self, item: Any) -> Any:
         try:
             schema = schema_of(item)
-        except SchemaError as exc:  # a class STORAGE_ITEM_TYPES does not declare (the validation pipeline drops it first)
+        except (
+            SchemaError
+        ) as exc:  # a class STORAGE_ITEM_TYPES does not declare (the validation pipeline drops it first)
             raise ItemRefused(f"invalid field {exc.field!r} (schema): {exc}", "schema", exc.field) from None
         try:
             # Built here rather than when the batch is written, so that it overlaps the database's
@@ -216,7 +238,9 @@ class StoragePipeline:
                 row = to_row(item, schema)
             literal = self.backend.literal(row)
         except Exception as exc:  # a row that cannot be built is kept, as a failed batch would be
-            logger.exception("Storage cannot write an item of %s; keeping it in %s", schema.table, self.keys.items_pending)
+            logger.exception(
+                "Storage cannot write an item of %s; keeping it in %s", schema.table, self.keys.items_pending
+            )
             await self._spill([(schema, item, (), None, None)], f"storage error: {exc}")
             return item
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -236,7 +260,11 @@ class StoragePipeline:
         document = document_of(item, self.document_key)
         if document.item_type not in self._document_types:
             self._document_types.add(document.item_type)
-            keyed = f"their field {self.document_key!r} (STORAGE_DOCUMENT_KEY), else by a hash of their content" if self.document_key else "a hash of their content (STORAGE_DOCUMENT_KEY names a key field)"
+            keyed = (
+                f"their field {self.document_key!r} (STORAGE_DOCUMENT_KEY), else by a hash of their content"
+                if self.document_key
+                else "a hash of their content (STORAGE_DOCUMENT_KEY names a key field)"
+            )
             logger.info(
                 "Items of type %s have no schema: storing them as JSON documents in table %r, keyed by %s."
                 " To give them a table of their own, declare a schema on the type (docs/items.md)",
@@ -273,7 +301,11 @@ class StoragePipeline:
             try:
                 await self._write(batch)
             except Exception as exc:
-                logger.exception("Storage failed for a batch of %s; keeping them in %s", plural(len(batch), "item"), self.keys.items_pending)
+                logger.exception(
+                    "Storage failed for a batch of %s; keeping them in %s",
+                    plural(len(batch), "item"),
+                    self.keys.items_pending,
+                )
                 await self._spill(batch, f"storage error: {exc}")
             if self._replay_wanted or time.monotonic() > self._next_replay:
                 self._replay_wanted = False
@@ -310,7 +342,13 @@ class StoragePipeline:
             for i, (_, item, _, _, done) in enumerate(entries):
                 if i in refused_at:
                     reason = refused_at[i]
-                    logger.error("%s refused an item of %s (%s); kept in %s", self.backend.name, schema.table, reason, self.keys.items_invalid)
+                    logger.error(
+                        "%s refused an item of %s (%s); kept in %s",
+                        self.backend.name,
+                        schema.table,
+                        reason,
+                        self.keys.items_invalid,
+                    )
                     self.stats.inc_value("storage/refused")
                     bad.append(item_record(item, reason="storage_refused", detail=reason))
                     if not done.done():
@@ -325,7 +363,9 @@ class StoragePipeline:
             await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
             await self.dead.push(self.keys.items_invalid, bad)
 
-    async def _write_rows(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any], entries: list[Any]) -> list[tuple[int, str]] | None:
+    async def _write_rows(
+        self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any], entries: list[Any]
+    ) -> list[tuple[int, str]] | None:
         """Upsert, retrying lost connections with backoff; returns the refused rows, or None if
         the batch was kept in the pending list after ``STORAGE_RETRY_TIMEOUT``."""
         started = time.monotonic()
@@ -343,7 +383,9 @@ class StoragePipeline:
                 self.stats.inc_value("storage/retries")
                 self._tables.discard(schema.table)
                 if not logged:
-                    logger.error("%s unreachable (%s); retrying the batch of %d items", self.backend.name, exc, len(rows))
+                    logger.error(
+                        "%s unreachable (%s); retrying the batch of %d items", self.backend.name, exc, len(rows)
+                    )
                     logged = True
                 if time.monotonic() - started > self.retry_timeout:
                     await self._spill(entries, str(exc))

@@ -41,7 +41,14 @@ from scrapy_frontier.connection import (
     sync_redis,
 )
 from scrapy_frontier.deadletter import DeadLetters
-from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprint_int64, fingerprinter_id, record_shards
+from scrapy_frontier.dupefilter import (
+    CLUSTER_SHARDS,
+    DedupConfig,
+    DupefilterMismatch,
+    fingerprint_int64,
+    fingerprinter_id,
+    record_shards,
+)
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
 from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, Lease, mark_ranked, slot_of
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
@@ -90,11 +97,20 @@ class FrontierScheduler(BaseScheduler):
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.prefetch = read_setting(crawler, "FRONTIER_PREFETCH", int, minimum=0) or settings.getint("CONCURRENT_REQUESTS")
+        self.prefetch = read_setting(crawler, "FRONTIER_PREFETCH", int, minimum=0) or settings.getint(
+            "CONCURRENT_REQUESTS"
+        )
         self.heartbeat_interval = read_setting(crawler, "FRONTIER_HEARTBEAT_INTERVAL", float, above=0)
-        self.node_timeout = read_setting(crawler, "FRONTIER_NODE_TIMEOUT", float, minimum=0) or 6 * self.heartbeat_interval
+        self.node_timeout = (
+            read_setting(crawler, "FRONTIER_NODE_TIMEOUT", float, minimum=0) or 6 * self.heartbeat_interval
+        )
         if self.node_timeout < 2 * self.heartbeat_interval:
-            fail_at_open(crawler, "Setting FRONTIER_NODE_TIMEOUT=%r is out of range: it must be >= %s (twice FRONTIER_HEARTBEAT_INTERVAL)", settings.get("FRONTIER_NODE_TIMEOUT"), 2 * self.heartbeat_interval)
+            fail_at_open(
+                crawler,
+                "Setting FRONTIER_NODE_TIMEOUT=%r is out of range: it must be >= %s (twice FRONTIER_HEARTBEAT_INTERVAL)",
+                settings.get("FRONTIER_NODE_TIMEOUT"),
+                2 * self.heartbeat_interval,
+            )
         self.poll_max = read_setting(crawler, "FRONTIER_POLL_MAX", float, above=0)
         self.idle_close = read_setting(crawler, "MAX_IDLE_TIME_BEFORE_CLOSE", float, minimum=0)
         self.persist = read_setting(crawler, "SCHEDULER_PERSIST", bool)
@@ -106,7 +122,11 @@ class FrontierScheduler(BaseScheduler):
         self.local_seen_max = read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, minimum=0)
         self.shards_wanted = read_setting(crawler, "FRONTIER_SHARDS", int, minimum=0)
         if self.shards_wanted is not None and self.shards_wanted > 16384:
-            fail_at_open(crawler, "Setting FRONTIER_SHARDS=%r is out of range: at most 16384 (the hash slots of a Redis Cluster)", self.shards_wanted)
+            fail_at_open(
+                crawler,
+                "Setting FRONTIER_SHARDS=%r is out of range: at most 16384 (the hash slots of a Redis Cluster)",
+                self.shards_wanted,
+            )
         self.rates_refresh = read_setting(crawler, "POLITENESS_REFRESH", float, above=0)
         self.wait_replicas_wanted = read_setting(crawler, "FRONTIER_WAIT_REPLICAS", int, minimum=0)
         self.wait_timeout = read_setting(crawler, "FRONTIER_WAIT_TIMEOUT", float, above=0)
@@ -117,7 +137,10 @@ class FrontierScheduler(BaseScheduler):
         if crawl_error:
             fail_at_open(crawler, "%s", crawl_error)
         if settings.getbool("REDIS_START_URLS_AS_ZSET"):
-            fail_at_open(crawler, "REDIS_START_URLS_AS_ZSET is not supported: start URLs are a list (lpush) or, with REDIS_START_URLS_AS_SET, a set")
+            fail_at_open(
+                crawler,
+                "REDIS_START_URLS_AS_ZSET is not supported: start URLs are a list (lpush) or, with REDIS_START_URLS_AS_SET, a set",
+            )
         self.dedup: DedupConfig | None
         try:
             self.dedup = DedupConfig.from_settings(settings)
@@ -190,11 +213,16 @@ class FrontierScheduler(BaseScheduler):
             return
         wanted = "set" if self.start_as_set else "list"
         if found not in ("none", wanted):
-            setting = "REDIS_START_URLS_AS_SET=True" if wanted == "set" else "REDIS_START_URLS_AS_SET=False (the default)"
+            setting = (
+                "REDIS_START_URLS_AS_SET=True" if wanted == "set" else "REDIS_START_URLS_AS_SET=False (the default)"
+            )
             fail_at_open(
                 self.crawler,
                 "%s is a Redis %s, but with %s start URLs are a %s: set REDIS_START_URLS_AS_SET to match it, or move the key away (redis-cli rename)",
-                self.keys.start_urls, found, setting, wanted,
+                self.keys.start_urls,
+                found,
+                setting,
+                wanted,
             )
             return
         try:
@@ -206,14 +234,27 @@ class FrontierScheduler(BaseScheduler):
             if "ranked" not in meta:
                 ranked = await mark_ranked(client, self.keys.with_shards(shards))
                 if ranked:
-                    logger.info("Indexed %s with priorities other than 0, queued by an earlier version", plural(ranked, "host"))
+                    logger.info(
+                        "Indexed %s with priorities other than 0, queued by an earlier version", plural(ranked, "host")
+                    )
             if claimed:
-                logger.info("Dupefilter %s: layout %s, written by %s", self.keys.dupefilter, self.dedup.layout, fingerprinter_id(self.crawler.request_fingerprinter)[0])
+                logger.info(
+                    "Dupefilter %s: layout %s, written by %s",
+                    self.keys.dupefilter,
+                    self.dedup.layout,
+                    fingerprinter_id(self.crawler.request_fingerprinter)[0],
+                )
         except DupefilterMismatch as exc:
             fail_at_open(self.crawler, "%s", exc)
             return
         except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            fail_at_open(self.crawler, "REDIS_URL %s: cannot read the dupefilter %s (%s)", redact_url(url), self.keys.dupefilter, describe_error(exc))
+            fail_at_open(
+                self.crawler,
+                "REDIS_URL %s: cannot read the dupefilter %s (%s)",
+                redact_url(url),
+                self.keys.dupefilter,
+                describe_error(exc),
+            )
             return
         if not self._shards_agree(client, shards):
             return
@@ -270,7 +311,11 @@ class FrontierScheduler(BaseScheduler):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
             # worker that dies loses them); here the frontier takes them under lease instead.
             self.crawler.signals.disconnect(spider.spider_idle, signals.spider_idle)
-            logger.info("%s: start URLs come from %s through the frontier (scrapy-redis's own reading is off)", type(spider).__name__, self.keys.start_urls)
+            logger.info(
+                "%s: start URLs come from %s through the frontier (scrapy-redis's own reading is off)",
+                type(spider).__name__,
+                self.keys.start_urls,
+            )
         self.crawler.signals.connect(self._record_crawl, signals.spider_opened)
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
@@ -324,7 +369,11 @@ class FrontierScheduler(BaseScheduler):
         try:
             await self.frontier.redis.sadd(registry, self.keys.crawl)
         except (*_REDIS_ERRORS, redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            logger.warning("Could not record the crawl in %s (%s); scrapy status lists it once a worker can", registry, describe_error(exc))
+            logger.warning(
+                "Could not record the crawl in %s (%s); scrapy status lists it once a worker can",
+                registry,
+                describe_error(exc),
+            )
 
     def close(self, reason: str) -> Deferred[None] | None:
         if self.frontier is None:
@@ -434,7 +483,9 @@ class FrontierScheduler(BaseScheduler):
                         self._last_task_error = text
                         if isinstance(exc, redis.exceptions.ResponseError):
                             # a key of the crawl changed type under it (WRONGTYPE), say: Redis's words are the message
-                            logger.error("Redis refused a frontier call (%s); the worker keeps trying every second", text)
+                            logger.error(
+                                "Redis refused a frontier call (%s); the worker keeps trying every second", text
+                            )
                         else:
                             logger.exception("Frontier task error (the worker keeps running)")
                     await asyncio.sleep(1.0)
@@ -456,7 +507,9 @@ class FrontierScheduler(BaseScheduler):
             if self._forgets is not None and self._seen:
                 # `scrapy forget` let URLs through the dupefilter: this worker must ask Redis again
                 self._seen.clear()
-                logger.info("URLs were forgotten (scrapy forget): the local first look is emptied, links are checked in Redis again")
+                logger.info(
+                    "URLs were forgotten (scrapy forget): the local first look is emptied, links are checked in Redis again"
+                )
             self._forgets = forgets
         running = self.crawler.engine.running
         to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
@@ -506,7 +559,10 @@ class FrontierScheduler(BaseScheduler):
             self._seen.clear()  # their acknowledgements were lost: so perhaps their children
             returned = await self.frontier.unlease(sorted(unknown))
             self.stats.inc_value("frontier/orphans_returned", returned)
-            logger.warning("Returned %s this node held in Redis without knowing (a reply lost to a Redis error) to the frontier", plural(returned, "lease"))
+            logger.warning(
+                "Returned %s this node held in Redis without knowing (a reply lost to a Redis error) to the frontier",
+                plural(returned, "lease"),
+            )
 
     async def _give_back_unstarted(self) -> None:
         if not self._local:
@@ -542,12 +598,18 @@ class FrontierScheduler(BaseScheduler):
             added = await self.frontier.push(entries, acks, failed, duplicates)
             self._pushed(entries, acks, failed, added, duplicates)
 
-    def _pushed(self, entries: list[Entry], acks: list[Any], failed: list[str], added: int, duplicates: list[Any] | None) -> None:
+    def _pushed(
+        self, entries: list[Entry], acks: list[Any], failed: list[str], added: int, duplicates: list[Any] | None
+    ) -> None:
         """What a push call that returned ``added`` sent is no longer to send; counted."""
         to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
         if self.frontier.wait_short > self._wait_short_seen:
             if not self._wait_short_seen:
-                logger.warning("WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)", plural(self.frontier.wait_replicas, "replica"), self.wait_timeout)
+                logger.warning(
+                    "WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)",
+                    plural(self.frontier.wait_replicas, "replica"),
+                    self.wait_timeout,
+                )
             self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
             self._wait_short_seen = self.frontier.wait_short
         del self._to_push[: len(entries)]
@@ -633,7 +695,11 @@ class FrontierScheduler(BaseScheduler):
                 continue
             for request in requests:
                 if self._enqueue(request) == "refused":
-                    refused.append(self.intake.refuse(raw, RequestRefused("refused", f"the frontier refused the request for {request.url}")))
+                    refused.append(
+                        self.intake.refuse(
+                            raw, RequestRefused("refused", f"the frontier refused the request for {request.url}")
+                        )
+                    )
                 else:
                     self.stats.inc_value("start_urls/accepted")
         # Kept (one round trip for the batch) before their leases are released by the next flush.
@@ -659,12 +725,19 @@ class FrontierScheduler(BaseScheduler):
             self.leases.forget(request.meta[LEASE_META])
         self._local.clear()
         self.stats.inc_value("frontier/rejoined")
-        logger.warning("This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)")
+        logger.warning(
+            "This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)"
+        )
 
     def _reclaimed(self, leases: int, nodes: int) -> None:
         self._loop.call_soon_threadsafe(self.stats.inc_value, "frontier/reclaimed", leases)
         # a dead node that held nothing (it stopped between batches) is worth a line, not a warning
-        logger.log(logging.WARNING if leases else logging.INFO, "Reclaimed %s from %s", plural(leases, "lease"), plural(nodes, "dead node"))
+        logger.log(
+            logging.WARNING if leases else logging.INFO,
+            "Reclaimed %s from %s",
+            plural(leases, "lease"),
+            plural(nodes, "dead node"),
+        )
 
     # -- idle -----------------------------------------------------------------------------
 
@@ -705,7 +778,9 @@ class FrontierScheduler(BaseScheduler):
                     raise
                 self._outage()
                 if time.monotonic() > deadline:
-                    logger.error("Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT")
+                    logger.error(
+                        "Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT"
+                    )
                     return
                 await asyncio.sleep(1.0)
         self._local.clear()
@@ -718,4 +793,6 @@ class FrontierScheduler(BaseScheduler):
             if status.idle and status.nodes == 0:
                 await self.frontier.clear()
                 await self.frontier.redis.srem(self.crawler.settings.get("CRAWLS_KEY") or CRAWLS_KEY, self.keys.crawl)
-                logger.info("Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)")
+                logger.info(
+                    "Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)"
+                )

@@ -80,7 +80,9 @@ class LeaseBook:
     def take(self, lease: Lease, request: Request) -> None:
         """Record that ``request`` (rebuilt from ``lease.payload``) is leased by this worker."""
         request.meta[LEASE_META] = lease.field
-        self._leases[lease.field] = _Lease(request, lease.payload, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0))
+        self._leases[lease.field] = _Lease(
+            request, lease.payload, request.meta.get("retry_times", 0), request.meta.get("redirect_times", 0)
+        )
 
     def forget(self, field: bytes) -> None:
         """Drop a lease without acknowledging it (given back to the frontier, or reclaimed)."""
@@ -147,7 +149,9 @@ class LeaseBook:
         record = failure_record("too_large", failure)
         if not failure.getErrorMessage():
             maxsize = request.meta.get("download_maxsize", self.maxsize)
-            record["exception"] = f"DownloadCancelledError: body larger than the download max size ({maxsize} bytes, DOWNLOAD_MAXSIZE)"
+            record["exception"] = (
+                f"DownloadCancelledError: body larger than the download max size ({maxsize} bytes, DOWNLOAD_MAXSIZE)"
+            )
         return record
 
     def callback_failed(self, failure: Failure, request: Request | None) -> None:
@@ -158,7 +162,15 @@ class LeaseBook:
     def unreadable(self, lease: Lease, exc: Exception) -> None:
         """A leased payload cannot be rebuilt into a request: kept as a dead letter, acknowledged."""
         logger.error("Unreadable request in the frontier, kept in %s: %s", self.keys.failed, exc)
-        self.to_fail.append(json.dumps({"reason": "unreadable", "exception": str(exc)[:500], "payload": lease.payload.decode("utf-8", "replace")}))
+        self.to_fail.append(
+            json.dumps(
+                {
+                    "reason": "unreadable",
+                    "exception": str(exc)[:500],
+                    "payload": lease.payload.decode("utf-8", "replace"),
+                }
+            )
+        )
         self.ack(lease.field)
         self.stats.inc_value("frontier/failed/unreadable")
 

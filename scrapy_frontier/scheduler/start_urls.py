@@ -62,23 +62,53 @@ class StartUrlIntake:
         except RequestRefused as exc:  # any failure, as bad_payload: one never stops the batch
             return [], self.refuse(raw, exc)
         if unknown:
-            logger.warning("Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown)))
+            logger.warning(
+                "Start URL payload for %s: ignored unknown keys %s", request.url, ", ".join(map(repr, unknown))
+            )
             self.stats.inc_value("start_urls/unknown_keys")
         return [request], None
 
     def _from_hook(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
         if len(raw) > self.max_bytes:
-            return [], self.refuse(raw, RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={self.max_bytes}"))
+            return [], self.refuse(
+                raw,
+                RequestRefused(
+                    "too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={self.max_bytes}"
+                ),
+            )
         try:
             made = self.hook(raw)
-            requests = [made] if isinstance(made, Request) else list(made) if isinstance(made, Iterable) else [] if not made else [made]
+            requests = (
+                [made]
+                if isinstance(made, Request)
+                else list(made)
+                if isinstance(made, Iterable)
+                else []
+                if not made
+                else [made]
+            )
         except Exception as exc:
-            return [], self.refuse(raw, RequestRefused("make_request_from_data", f"{type(self.spider).__name__}.make_request_from_data raised {type(exc).__name__}: {exc}"))
+            return [], self.refuse(
+                raw,
+                RequestRefused(
+                    "make_request_from_data",
+                    f"{type(self.spider).__name__}.make_request_from_data raised {type(exc).__name__}: {exc}",
+                ),
+            )
         bad = [r for r in requests if not isinstance(r, Request)]
         if bad:
-            return [], self.refuse(raw, RequestRefused("make_request_from_data", f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a Request"))
+            return [], self.refuse(
+                raw,
+                RequestRefused(
+                    "make_request_from_data",
+                    f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a Request",
+                ),
+            )
         if not requests:
-            return [], self.refuse(raw, RequestRefused("no_request", f"{type(self.spider).__name__}.make_request_from_data made no request"))
+            return [], self.refuse(
+                raw,
+                RequestRefused("no_request", f"{type(self.spider).__name__}.make_request_from_data made no request"),
+            )
         return requests, None
 
     def refuse(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:

@@ -77,7 +77,13 @@ class ConnectionLost(Exception):
 def table_missing(database: str, schema: Schema, error: str, count: int) -> None:
     """The one warning of a batch that found its table missing (``error``, the server's words)
     and creates it again from ``schema``, then writes its ``count`` rows."""
-    logger.warning("Table %s is missing in %s (%s): creating it again from its schema and writing the batch of %d items", schema.table, database, error, count)
+    logger.warning(
+        "Table %s is missing in %s (%s): creating it again from its schema and writing the batch of %d items",
+        schema.table,
+        database,
+        error,
+        count,
+    )
 
 
 def parse_mysql_url(url: str) -> dict[str, Any]:
@@ -150,7 +156,9 @@ class MySQLBackend:
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
             if code in (1045, 1044, 1049):  # access denied (user/db), unknown database
-                raise ConfigError(f"MYSQL_URL {redact_url(self.url)}: {exc.args[1] if len(exc.args) > 1 else exc}") from None
+                raise ConfigError(
+                    f"MYSQL_URL {redact_url(self.url)}: {exc.args[1] if len(exc.args) > 1 else exc}"
+                ) from None
             raise ConnectionLost(f"MySQL error {code}: {exc.args[1] if len(exc.args) > 1 else exc}") from None
 
     def close(self) -> None:
@@ -224,9 +232,22 @@ class MySQLBackend:
         mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
         if mode:
             return mode, "(" + ",".join(["NULL" if v is None else escape(v) for v in row]) + ")"
-        return mode, "(" + ",".join(["'" + escape_string(v) + "'" if type(v) is str else "NULL" if v is None else str(v) if type(v) is int else escape(v) for v in row]) + ")"
+        return mode, "(" + ",".join(
+            [
+                "'" + escape_string(v) + "'"
+                if type(v) is str
+                else "NULL"
+                if v is None
+                else str(v)
+                if type(v) is int
+                else escape(v)
+                for v in row
+            ]
+        ) + ")"
 
-    def _insert_many(self, cur: Any, head: str, tail: str, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None) -> None:
+    def _insert_many(
+        self, cur: Any, head: str, tail: str, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None
+    ) -> None:
         """Run ``head (row), (row), ... tail`` as few multi-row statements of at most
         :data:`MAX_STATEMENT_CHARS` characters (one if a row is longer), with the rows'
         :meth:`literal` (the one given if built in the connection's current mode).
@@ -253,7 +274,9 @@ class MySQLBackend:
         if values:
             cur.execute(head + ",".join(values) + tail)
 
-    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None = None) -> list[tuple[int, str]]:
+    def upsert(
+        self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[tuple[int, str] | None] | None = None
+    ) -> list[tuple[int, str]]:
         """Write ``rows`` in one transaction; if the server refuses it, write them one by one.
         ``literals``, if given, holds each row's :meth:`literal` (or ``None``), built beforehand.
 
@@ -274,11 +297,21 @@ class MySQLBackend:
                 return []
             except pymysql.err.ProgrammingError as exc:
                 if attempt == 1 and exc.args and exc.args[0] == ER_NO_SUCH_TABLE:
-                    table_missing(self.name, schema, f"MySQL error {exc.args[0]}: {exc.args[1] if len(exc.args) > 1 else exc}", len(rows))
+                    table_missing(
+                        self.name,
+                        schema,
+                        f"MySQL error {exc.args[0]}: {exc.args[1] if len(exc.args) > 1 else exc}",
+                        len(rows),
+                    )
                     self.ensure_table(schema)
                     continue
                 break
-            except (pymysql.err.DataError, pymysql.err.IntegrityError, pymysql.err.OperationalError, pymysql.err.InternalError):
+            except (
+                pymysql.err.DataError,
+                pymysql.err.IntegrityError,
+                pymysql.err.OperationalError,
+                pymysql.err.InternalError,
+            ):
                 break
         refused = []
         for i, row in enumerate(rows):
@@ -287,7 +320,9 @@ class MySQLBackend:
             except ConnectionLost:
                 raise
             except pymysql.err.MySQLError as exc:
-                refused.append((i, f"MySQL error {exc.args[0] if exc.args else '?'}: {exc.args[1] if len(exc.args) > 1 else exc}"))
+                refused.append(
+                    (i, f"MySQL error {exc.args[0] if exc.args else '?'}: {exc.args[1] if len(exc.args) > 1 else exc}")
+                )
         return refused
 
 
@@ -327,7 +362,9 @@ class SQLiteBackend:
         """Always ``None``: sqlite3 binds the values itself."""
         return None
 
-    def upsert(self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any] | None = None) -> list[tuple[int, str]]:
+    def upsert(
+        self, schema: Schema, rows: list[tuple[Any, ...]], literals: list[Any] | None = None
+    ) -> list[tuple[int, str]]:
         """Write ``rows`` in one transaction (``literals`` is ignored); if it fails, one by one.
         Returns ``[(row index, error)]`` for the rows refused. A missing table (``no such
         table``) is created again and the batch written, with one warning."""

@@ -80,6 +80,8 @@ def declared_item_types(settings: BaseSettings) -> dict[str, type]:
             assert schema is not None
             other = tables.setdefault(schema.table, cls)
             if other is not cls and schema_of(other) != schema:
-                raise ConfigError(f"STORAGE_ITEM_TYPES: {type_name(other)} and {type_name(cls)} both declare table {schema.table!r} with different schemas")
+                raise ConfigError(
+                    f"STORAGE_ITEM_TYPES: {type_name(other)} and {type_name(cls)} both declare table {schema.table!r} with different schemas"
+                )
             types[type_name(cls)] = cls
     return types

@@ -41,7 +41,9 @@ class ReplayOutcome(NamedTuple):
     problems: Counter[str]
 
 
-def rebuild(raw: bytes, types: dict[str, type], spider: str, document_key: str | None) -> tuple[Schema, tuple[Any, ...]]:
+def rebuild(
+    raw: bytes, types: dict[str, type], spider: str, document_key: str | None
+) -> tuple[Schema, tuple[Any, ...]]:
     """A pending record -> (schema, row). Raises :class:`Refused` for a record naming a class
     that is not declared, and any other exception for a record that cannot be stored."""
     try:
@@ -59,7 +61,9 @@ def rebuild(raw: bytes, types: dict[str, type], spider: str, document_key: str |
     name = record.get("item_class")
     cls = types.get(name) if isinstance(name, str) else None
     if cls is None:
-        raise Refused(f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, then push the record back to the pending list")
+        raise Refused(
+            f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, then push the record back to the pending list"
+        )
     item = cls(**values)
     validate(item)
     schema = schema_of(item)
@@ -67,7 +71,15 @@ def rebuild(raw: bytes, types: dict[str, type], spider: str, document_key: str |
     return schema, to_row(item, schema)
 
 
-def replay_pending(client: Any, keys: Keys, node_id: str, backend: Any, types: dict[str, type], document_key: str | None = None, batch_size: int = 500) -> ReplayOutcome:
+def replay_pending(
+    client: Any,
+    keys: Keys,
+    node_id: str,
+    backend: Any,
+    types: dict[str, type],
+    document_key: str | None = None,
+    batch_size: int = 500,
+) -> ReplayOutcome:
     """Write the items kept in ``<spider>:items:pending`` to the database, oldest first, in
     batches, until the list is empty. Blocking: call it from a thread or a command.
 
@@ -99,14 +111,26 @@ def replay_pending(client: Any, keys: Keys, node_id: str, backend: Any, types: d
                 except Exception as exc:  # anything in a record is data: refuse it, keep it
                     detail = str(exc) if isinstance(exc, Refused) else f"{type(exc).__name__}: {exc}"
                     problems[detail[:300]] += 1
-                    bad.append(json.dumps({"reason": "unreplayable", "detail": detail[:500], "record": raw.decode("utf-8", "replace")}))
+                    bad.append(
+                        json.dumps(
+                            {"reason": "unreplayable", "detail": detail[:500], "record": raw.decode("utf-8", "replace")}
+                        )
+                    )
                     continue
                 by_schema.setdefault(schema, []).append((raw, row))
             for schema, entries in by_schema.items():
                 backend.ensure_table(schema)
                 for index, error in backend.upsert(schema, [row for _, row in entries]):
                     problems[error[:300]] += 1
-                    bad.append(json.dumps({"reason": "storage_refused", "detail": error, "record": entries[index][0].decode("utf-8", "replace")}))
+                    bad.append(
+                        json.dumps(
+                            {
+                                "reason": "storage_refused",
+                                "detail": error,
+                                "record": entries[index][0].decode("utf-8", "replace"),
+                            }
+                        )
+                    )
         except BaseException:
             while client.lmove(replaying, keys.items_pending, "LEFT", "RIGHT"):
                 pass

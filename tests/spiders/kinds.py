@@ -40,7 +40,9 @@ class KindsSpider(scrapy.Spider):
 
     def parse(self, response):
         title = response.xpath("normalize-space(//title)").get()
-        yield Article(url=response.url, title=title, words=len(" ".join(response.xpath("//body//text()").getall()).split()))
+        yield Article(
+            url=response.url, title=title, words=len(" ".join(response.xpath("//body//text()").getall()).split())
+        )
         yield Heading(anchor=response.url + "#h1", level=1, text=response.xpath("normalize-space(//h1)").get())
         yield {"url": response.url, "title": title, "status": response.status}
         yield {"kind": "the same for every page"}
