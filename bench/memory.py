@@ -130,14 +130,14 @@ async def fill(
     from scrapy.settings import Settings
 
     from crawler.spiders.site import SiteSpider
-    from scrapy_frontier.frontier import Entry, Frontier, slot_of
-    from scrapy_frontier.keys import Keys
+    from scrapy_frontier.frontier import Entry, Frontier
+    from scrapy_frontier.keys import Keys, queue_host
     from scrapy_frontier.serialize import request_to_json
 
     spider = SiteSpider()
     # The payload a worker's scheduler would queue for such a request, with a placeholder.
     template = request_to_json(Request(base_url + "fill/NUMBER", callback=spider.parse), spider)
-    host = slot_of(urlsplit(base_url).hostname)
+    host = queue_host(urlsplit(base_url).hostname)
     client = redis.asyncio.Redis.from_url(redis_url)
     frontier = Frontier(client, Keys.for_spider(Settings(), "site"), "bench-memory-filler")
     marks = []

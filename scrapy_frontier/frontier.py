@@ -1,50 +1,15 @@
 """The shared frontier in Redis: batched enqueue with dedup, leases, acknowledgements, reclaim.
 
-Layout (names from :class:`scrapy_frontier.keys.Keys` and :class:`~scrapy_frontier.keys.Shard`):
-the per-host state is split into frontier shards, each one Redis Cluster hash slot; a host's
-shard is :func:`~scrapy_frontier.keys.shard_of_host`. An unsharded crawl (``shards`` 0, the
-default on a single Redis) has one shard with scrapy-redis-style names. In each shard:
+:class:`Frontier` queues requests per host (the push checks and adds their fingerprints to the
+shared dupefilter in the same script, so two workers never both queue one URL), takes requests of
+the hosts that are due under this node's lease, and acknowledges or gives them back. Nothing
+leaves Redis when a worker takes it: it moves to the node's lease hash, atomically. Every call
+touches one frontier shard (one Redis Cluster hash slot); a call that spans shards makes one call
+per shard, concurrently. Every time that decides something is the Redis server's.
 
-- ``<spider>:requests`` - sorted set of the shard's hosts that have queued requests, score =
-  the time (Unix ms, the Redis server's clock) the host may next be served. Taking requests
-  walks the hosts that are due, a few from each, so a host with a long queue never holds back
-  the others.
-- ``<spider>:requests:<host>#<score>`` - a list of serialized requests per priority (score =
-  -priority), oldest first, each in its compact form (:func:`compact_payload`: the host is in
-  the key), and ``<spider>:requests:<host>`` the sorted set of the host's other priorities than
-  0 (member = score); priority 0, the default, needs no entry (``lua/frontier_queue.lua``: lists
-  stay in Redis's compact listpack encoding, a sorted set of requests would not);
-  ``<spider>:requests:@ranked`` the set of hosts that have such a sorted set, read for every
-  host of a lease call in one command (made once for a crawl queued before it: :func:`mark_ranked`).
-- ``<spider>:politeness:@inflight`` - hash, host -> its leases in flight across the cluster
-  (absent: none), for ``DOMAIN_CONCURRENCY``; ``<spider>:politeness:<host>`` the host's rate
-  state, only for a host with a rate or slowed down (:attr:`Keys.politeness_prefix
-  <scrapy_frontier.keys.Keys.politeness_prefix>`).
-- ``<spider>:dupefilter`` - the fingerprints seen (a URL's host fixes its shard, so each
-  fingerprint is always checked in one place), checked and added atomically in the same script
-  that queues the request, so two workers never both queue one URL.
-- ``<spider>:dupefilter:feed`` - stream of the fingerprints queued lately, one entry per push
-  call, bounded (``seen_feed`` entries, about): each node's lease calls read what the others
-  queued since its last look (:attr:`Frontier.fed`), so a link that any worker queued is
-  skipped by every worker before it costs a dedup check in Redis.
-- ``<spider>:leases:<node>`` - hash of the requests a node has taken and not yet acknowledged:
-  ``<lease id><TAB><score><TAB><host>`` -> the payload as its queue stored it (:class:`Lease`;
-  an acknowledgement sends the short field). Nothing leaves Redis when a worker takes it; it moves here,
-  atomically.
-
-Crawl-wide: ``<spider>:start_urls`` with, sharded, the start URLs a node has taken in
-:meth:`Keys.start_leases <scrapy_frontier.keys.Keys.start_leases>` (same slot); ``<spider>:nodes``,
-sorted set of node ids, score = last heartbeat (Unix ms, server time), and
-``<spider>:nodes:<node>`` a hash of facts about the node, with a TTL. The heartbeat
-(:mod:`scrapy_frontier.nodes`) reclaims dead nodes' leases with :func:`reclaim_dead`.
-
-Every script call touches one shard; a call that spans shards (a page's links to many hosts,
-a reclaim) makes one call per shard touched, concurrently. Every time that decides something
-is the server's (``TIME`` in the scripts, ``lua/redis_time.lua``). The class needs only a
-``redis.asyncio`` client (``Redis`` or ``RedisCluster``): no crawler, so it is tested on its own.
-The scripts are the files ``scrapy_frontier/lua/frontier_*.lua``, each opening with its KEYS
-and ARGV; the push script includes the dupefilter's check (``dupefilter_seen.lua``), the lease
-script the politeness rate rule (``politeness_policy.lua``).
+The keys are described in docs/operating.md ("Redis keys") and named by
+:class:`scrapy_frontier.keys.Keys`; the scripts are ``scrapy_frontier/lua/frontier_*.lua``. The
+class needs only a ``redis.asyncio`` client (``Redis`` or ``RedisCluster``), no crawler.
 """
 
 from __future__ import annotations
@@ -61,18 +26,18 @@ from redis.exceptions import NoScriptError
 from scrapy_frontier.connection import is_cluster
 from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
 from scrapy_frontier.keys import START_LEASE_PREFIX, shard_of_host
+from scrapy_frontier.payload import START_PREFIX, compact_payload, expand_payload, lease_host
+from scrapy_frontier.reclaim import restore_calls
 from scrapy_frontier.scripts import source
+from scrapy_frontier.status import Status, crawl_counts, flag, make_status, status_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
 
-    import redis as sync_redis
     from redis.asyncio import Redis
 
     from scrapy_frontier.keys import Keys, Shard
 
-#: Field prefix of a raw start-URL payload held under lease (:data:`scrapy_frontier.keys.START_LEASE_PREFIX`).
-START_PREFIX = START_LEASE_PREFIX.encode()
 #: A field of every lease hash that is not a lease: its value, longer than Redis's
 #: ``hash-max-listpack-value``, keeps the hash in the hashtable encoding (``lua/frontier_lease.lua``).
 #: Readers of a lease hash skip it; ``lua/lease_count.lua`` counts the leases without it.
@@ -101,204 +66,6 @@ class Lease(NamedTuple):
 
     field: bytes
     payload: bytes
-
-
-@dataclass(frozen=True)
-class Status:
-    hosts: int
-    depth: int
-    inflight: int
-    nodes: int
-    start_urls: int
-    seen: int
-    failed: int
-
-    @property
-    def idle(self) -> bool:
-        """Nothing queued, nothing in flight, no start URL waiting: the crawl has nothing left."""
-        return not (self.hosts or self.inflight or self.start_urls)
-
-
-def _flag(value: bool) -> str:
-    return "1" if value else "0"
-
-
-def _restore_calls(keys: Keys, nodes: Sequence[str], as_set: bool) -> list[tuple[list[str], list[str]]]:
-    """The (keys, args) of the ``frontier_restore`` calls that give back every lease of
-    ``nodes``: one per shard, and one for the start-URL leases of a sharded crawl."""
-    calls = []
-    for sh in keys.all_shards():
-        start = keys.start_urls if not keys.shards else sh.queue
-        calls.append(
-            (
-                [sh.queue, start, *(sh.leases(n) for n in nodes)],
-                [sh.queue_prefix, sh.politeness_prefix, _flag(as_set), START_LEASE_PREFIX],
-            )
-        )
-    if keys.shards:
-        calls.append(
-            (
-                [keys.start_urls, keys.start_urls, *(keys.start_leases(n) for n in nodes)],
-                ["", "", _flag(as_set), START_LEASE_PREFIX],
-            )
-        )
-    return calls
-
-
-def _status_calls(keys: Keys, nodes: Sequence[bytes | str], deep: bool) -> list[tuple[list[str], list[Any]]]:
-    return [
-        ([sh.queue, sh.dupefilter, sh.bloom], [sh.queue_prefix, sh.lease_prefix, _flag(deep), *nodes])
-        for sh in keys.all_shards()
-    ]
-
-
-def _crawl_counts(pipe: Any, keys: Keys, as_set: bool, nodes: Sequence[bytes | str]) -> None:
-    """Queue, on ``pipe``, the crawl-wide reads of a status: start URLs, dead letters, and the
-    start-URL leases of a sharded crawl."""
-    pipe.scard(keys.start_urls) if as_set else pipe.llen(keys.start_urls)
-    pipe.llen(keys.failed)
-    if keys.shards:
-        for node in nodes:
-            pipe.hlen(keys.start_leases(node.decode() if isinstance(node, bytes) else node))
-
-
-def _make_status(nodes: Sequence[Any], shard_counts: Iterable[Sequence[Any]], crawl: Sequence[Any]) -> Status:
-    hosts = depth = inflight = seen = 0
-    for h, d, i, s in shard_counts:
-        hosts, depth, inflight, seen = hosts + int(h), depth + int(d), inflight + int(i), seen + int(s)
-    starts, failed, *start_leases = (int(v) for v in crawl)
-    return Status(hosts, depth, inflight + sum(start_leases), len(nodes), starts, seen, failed)
-
-
-def read_status(client: sync_redis.Redis, keys: Keys, *, deep: bool = True, start_urls_as_set: bool = False) -> Status:
-    """The :class:`Status` of a crawl, read with a blocking client (``scrapy status``): the
-    counts of every shard summed; ``deep`` also reads the queued requests (each shard's
-    count, ``<queue prefix>@queued``; a shard without one is counted host by host once)."""
-    nodes = client.zrange(keys.nodes, 0, -1)
-    script = client.register_script(source("frontier_status"))
-    counts = [script(keys=k, args=a) for k, a in _status_calls(keys, nodes, deep)]
-    with client.pipeline(transaction=False) as pipe:
-        _crawl_counts(pipe, keys, start_urls_as_set, nodes)
-        crawl = pipe.execute()
-    return _make_status(nodes, counts, crawl)
-
-
-def reclaim_dead(
-    client: sync_redis.Redis, keys: Keys, timeout_ms: int, *, start_urls_as_set: bool = False
-) -> tuple[int, int]:
-    """With a blocking client (the heartbeat thread, :mod:`scrapy_frontier.nodes`): return to the
-    frontier the leases of every node whose last heartbeat is older than ``timeout_ms`` (at the
-    Redis server's time), and the pending items it was replaying to the pending list, then drop
-    those nodes from the registry. Each shard's restore is atomic; the nodes stay registered until
-    every shard is done, so a reclaim cut off halfway is finished by the next one. Returns
-    (leases and items restored, nodes dropped)."""
-    dead = [n.decode() for n in client.register_script(source("nodes_dead"))(keys=[keys.nodes], args=[timeout_ms])]
-    if not dead:
-        return 0, 0
-    restore = client.register_script(source("frontier_restore"))
-    restored = sum(int(restore(keys=k, args=a)) for k, a in _restore_calls(keys, dead, start_urls_as_set))
-    for node in dead:
-        restored += _unreplay(client, keys, node)
-    dropped = [
-        n.decode() for n in client.register_script(source("nodes_forget"))(keys=[keys.nodes], args=[timeout_ms, *dead])
-    ]
-    if dropped:
-        client.delete(*(keys.node_info(n) for n in dropped))
-    return restored, len(dropped)
-
-
-def _unreplay(client: sync_redis.Redis, keys: Keys, node: str) -> int:
-    """Move the pending items ``node`` was replaying back to the pending list."""
-    moved = 0
-    while client.lmove(keys.items_replaying(node), keys.items_pending, "LEFT", "RIGHT"):
-        moved += 1
-    return moved
-
-
-async def mark_ranked(redis: Redis, keys: Keys, batch: int = 1000) -> int:
-    """Once per crawl (``ranked`` in ``<spider>:dupefilter:meta``): put every queued host that
-    has a sorted set of priorities in its shard's :attr:`Shard.ranked <scrapy_frontier.keys.Shard.ranked>`
-    set. A crawl queued by a version before that set was kept (2026-12-03) would otherwise
-    serve such a host's priority-0 requests before its higher priorities until they run out. A
-    new crawl's index is empty: one read. Walks each shard's hosts index (``ZSCAN``, ``batch``
-    a round trip) and looks at each host's sorted set (one pipelined ``EXISTS`` each), off the
-    Lua scripts, so Redis is never blocked. Returns how many hosts it added."""
-    if await redis.hget(keys.dupefilter_meta, "ranked"):
-        return 0
-    added = 0
-    for sh in keys.all_shards():
-        cursor = 0
-        while True:
-            cursor, members = await redis.zscan(sh.queue, cursor, count=batch)
-            hosts = [h for h, _ in members]
-            if hosts:
-                async with redis.pipeline(transaction=False) as pipe:
-                    for h in hosts:
-                        pipe.exists(sh.queue_prefix.encode() + h)
-                    found = [h for h, n in zip(hosts, await pipe.execute()) if n]
-                if found:
-                    added += await redis.sadd(sh.ranked, *found)
-            if not cursor:
-                break
-    await redis.hset(keys.dupefilter_meta, "ranked", 1)
-    return added
-
-
-def now_ms() -> int:
-    """This worker's clock, Unix ms: for what is only shown (a dead letter's date), never for a
-    decision shared with other workers (those take the Redis server's time)."""
-    return int(time.time() * 1000)
-
-
-def slot_of(host: str | None) -> str:
-    """The frontier queue name of a host: the host itself (``failed`` becomes ``failed.``, the same
-    host in DNS, so that ``<spider>:requests:failed`` stays the dead-letter list)."""
-    host = (host or "").lower()
-    return host + "." if host == "failed" else host
-
-
-#: The start of a JSON payload (:func:`scrapy_frontier.serialize.request_to_json` writes the URL first).
-_URL_OPEN = '{"url":"'
-#: What may follow a URL's host: its port, path, query or fragment, or the URL's end (RFC 3986 3.2.2).
-_AFTER_HOST = frozenset(':/?#"')
-
-
-def compact_payload(payload: str, host: str) -> str:
-    """The queued form of a request's JSON ``payload`` in the queue of ``host`` (a URL's host, as
-    :func:`slot_of` names it), since the queue's key holds the host: what follows
-    ``{"url":"https://<host>`` (``{"url":"https://example.com/a"}`` -> ``/a"}``), or ``h`` and
-    what follows ``{"url":"http://<host>``. That is 16 bytes plus the host's length less a
-    request (about 40 on the web's host names). A lease keeps this form (in the node's lease hash,
-    and back in the queue when given back); the worker writes the JSON back
-    (:func:`expand_payload`), so dead letters and the spider see the JSON as before. Any other payload (a host written in capitals, an IP v6 literal, a
-    start URL's JSON) is returned as it is: a JSON payload starts with ``{``, and what follows a
-    host (RFC 3986 3.2.2: its port, path, query, fragment, or the URL's end) never does."""
-    for scheme, mark in (("https", ""), ("http", "h")):
-        opening = f"{_URL_OPEN}{scheme}://{host}"
-        if payload.startswith(opening) and payload[len(opening) : len(opening) + 1] in _AFTER_HOST:
-            return mark + payload[len(opening) :]
-    return payload
-
-
-def expand_payload(stored: bytes, host: bytes) -> bytes:
-    """The request's JSON of a payload as its host's queue stores it (:func:`compact_payload`'s
-    inverse): ``/a"}`` of ``example.com`` -> ``{"url":"https://example.com/a"}``, ``h/a"}`` ->
-    ``{"url":"http://example.com/a"}``, a JSON payload (``{`` first) as it is."""
-    first = stored[:1]
-    if first == b"{":
-        return stored
-    if first == b"h":
-        return b'{"url":"http://' + host + stored[1:]
-    return b'{"url":"https://' + host + stored
-
-
-def lease_host(field: bytes) -> bytes | None:
-    """The host of a lease field (:class:`Lease`), ``b""`` for a start URL's, ``None`` for one
-    written by an earlier version (the payload's JSON: its host is in the lease hash's value)."""
-    if field.startswith(START_PREFIX):
-        return b""
-    tab = field.rfind(b"\t")
-    return field[tab + 1 :] if tab >= 0 else None
 
 
 def _push_reply(reply: Any, full: dict[int, str] | None, duplicates: list[Any] | None) -> int:
@@ -360,7 +127,7 @@ class Frontier:
         #: (where it may be of another hash slot than a shard's keys): while it holds this node
         #: alone, the seen feed is neither written nor read (``lua/frontier_push.lua``).
         self._nodes_key = [keys.nodes] if seen_feed and not is_cluster(redis) else []
-        self._as_set = _flag(start_urls_as_set)
+        self._as_set = flag(start_urls_as_set)
         #: Seconds until a queued host is due, from the last lease call (-1: nothing queued seen).
         self.next_due_in = -1.0
         #: The shard of each lease this node holds (lease field -> shard index).
@@ -766,7 +533,7 @@ class Frontier:
         """Return every lease of this node to the frontier, and the pending items it was
         replaying to the pending list (used when the node stops). Returns the count."""
         calls = [
-            self._restore(keys=k, args=a) for k, a in _restore_calls(self.keys, [self.node_id], self.start_urls_as_set)
+            self._restore(keys=k, args=a) for k, a in restore_calls(self.keys, [self.node_id], self.start_urls_as_set)
         ]
         restored = sum(int(n) for n in await asyncio.gather(*calls))
         while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
@@ -785,13 +552,13 @@ class Frontier:
         host once, so it is skipped in the idle check)."""
         nodes = await self.redis.zrange(self.keys.nodes, 0, -1)
         async with self.redis.pipeline(transaction=False) as pipe:
-            _crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)
+            crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)
             crawl_reads = pipe.execute()
             counts, crawl = await asyncio.gather(
-                asyncio.gather(*(self._status(keys=k, args=a) for k, a in _status_calls(self.keys, nodes, deep))),
+                asyncio.gather(*(self._status(keys=k, args=a) for k, a in status_calls(self.keys, nodes, deep))),
                 crawl_reads,
             )
-        return _make_status(nodes, counts, crawl)
+        return make_status(nodes, counts, crawl)
 
     async def clear(self) -> None:
         """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl

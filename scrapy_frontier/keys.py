@@ -63,6 +63,14 @@ def crawl_name(spider_name: str, crawl_id: str = "") -> str:
     return f"{spider_name}@{crawl_id}" if crawl_id else spider_name
 
 
+def queue_host(hostname: str | None) -> str:
+    """The host whose queue holds a URL of ``hostname`` (``urlparse(url).hostname``): the host in
+    lower case, and ``failed`` as ``failed.`` (the same host in DNS), so that
+    ``<spider>:requests:failed`` stays the dead-letter list."""
+    host = (hostname or "").lower()
+    return host + "." if host == "failed" else host
+
+
 def hash_tag(key: str) -> str | None:
     """The Redis Cluster hash tag of ``key`` (the text between its first ``{`` and the next
     ``}``, when not empty), or ``None``: the key's slot is then the CRC16 of the whole key

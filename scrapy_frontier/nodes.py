@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from scrapy_frontier.connection import describe_error
-from scrapy_frontier.frontier import reclaim_dead
+from scrapy_frontier.reclaim import reclaim_dead
 from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
 

@@ -13,8 +13,10 @@ import redis.asyncio
 from scrapy.settings import Settings
 
 from scrapy_frontier.connection import sync_redis
-from scrapy_frontier.frontier import Entry, Frontier, read_status, reclaim_dead
+from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
+from scrapy_frontier.reclaim import reclaim_dead
+from scrapy_frontier.status import read_status
 from tests.conftest import DOCS, HttpServer
 
 SHARDS = 16

@@ -24,7 +24,7 @@ from scrapy_frontier.dupefilter import (
     meta_for,
     stored_layout,
 )
-from scrapy_frontier.frontier import slot_of
+from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
@@ -138,7 +138,7 @@ class Command(RedisCommand):
             fingerprints.setdefault(fingerprinter.fingerprint(request).hex(), raw)
             shard_of.setdefault(
                 fingerprinter.fingerprint(request).hex(),
-                keys.shard_of(slot_of(urlparse_cached(request).hostname)).index,
+                keys.shard_of(queue_host(urlparse_cached(request).hostname)).index,
             )
         known = 0
         if fingerprints:

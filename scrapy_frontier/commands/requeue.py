@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 from scrapy.exceptions import UsageError
 
-from scrapy_frontier.frontier import slot_of
+from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import check_url
@@ -58,7 +58,7 @@ class Command(RedisCommand):
             for key in _RESET_META:
                 meta.pop(key, None)
             request.update(url=url, meta=meta)
-            host = slot_of(urlsplit(url).hostname)
+            host = queue_host(urlsplit(url).hostname)
             args += [raw, host, -priority, json.dumps(request, ensure_ascii=False, separators=(",", ":"))]
             if opts.limit and len(args) // 4 >= opts.limit:
                 break

@@ -21,10 +21,10 @@ from scrapy_frontier.connection import (
     redact_url,
     sync_redis,
 )
-from scrapy_frontier.frontier import read_status
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
 from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
 from scrapy_frontier.scripts import source
+from scrapy_frontier.status import read_status
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:

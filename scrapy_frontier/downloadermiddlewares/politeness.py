@@ -16,8 +16,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
-from scrapy_frontier.frontier import slot_of
-from scrapy_frontier.keys import keys_of
+from scrapy_frontier.keys import keys_of, queue_host
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
 
@@ -101,7 +100,7 @@ class SharedPolitenessMiddleware:
         return self.politeness
 
     async def process_request(self, request: Request) -> None:
-        host = slot_of(urlparse_cached(request).hostname)
+        host = queue_host(urlparse_cached(request).hostname)
         try:
             politeness = await self._ready()
             if politeness is None or not (self.default_rate > 0 or host in self._active):
@@ -117,7 +116,7 @@ class SharedPolitenessMiddleware:
             await asyncio.sleep(wait)
 
     async def process_response(self, request: Request, response: Response) -> Any:
-        host = slot_of(urlparse_cached(request).hostname)
+        host = queue_host(urlparse_cached(request).hostname)
         politeness = self.politeness
         if politeness is None:
             return response

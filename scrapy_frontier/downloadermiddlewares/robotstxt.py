@@ -24,8 +24,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
-from scrapy_frontier.frontier import slot_of
-from scrapy_frontier.keys import keys_of
+from scrapy_frontier.keys import keys_of, queue_host
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.signals import host_limited
@@ -107,7 +106,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         parser = build_from_crawler(self._parserimpl, self.crawler, body)
         delay = self._crawl_delay(parser)
         if delay:
-            host = slot_of(url.hostname)
+            host = queue_host(url.hostname)
             await Politeness(client, keys).set_robots_delay(host, delay)
             self.crawler.signals.send_catch_log(host_limited, host=host)
             self._stats.set_value(f"politeness/robots_delay/{host}", delay)

@@ -21,9 +21,10 @@ from scrapy.extensions.logstats import LogStats
 
 from scrapy_frontier.config import failed_at_open, read_setting
 from scrapy_frontier.connection import client_failure, describe_error, optional_shared_redis
-from scrapy_frontier.frontier import Frontier, Status
+from scrapy_frontier.frontier import Frontier
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
+from scrapy_frontier.status import Status
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:

@@ -50,7 +50,7 @@ from scrapy_frontier.dupefilter import (
     record_shards,
 )
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, Lease, mark_ranked, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, Lease, mark_ranked, queue_host
 from scrapy_frontier.keys import CRAWLS_KEY, Keys, crawl_id_error, register
 from scrapy_frontier.nodes import Heartbeat, node_id_of, server_clock
 from scrapy_frontier.politeness import sync_rates
@@ -429,7 +429,9 @@ class FrontierScheduler(BaseScheduler):
             if len(self._seen) >= self.local_seen_max:
                 self._seen.clear()
             self._seen.add(seen_key)
-        self._to_push.append(Entry(fingerprint, slot_of(urlparse_cached(request).hostname), -request.priority, payload))
+        self._to_push.append(
+            Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
+        )
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
         return "queued"
