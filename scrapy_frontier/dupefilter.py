@@ -259,6 +259,8 @@ async def claim(redis: AsyncRedis, keys: Keys, config: DedupConfig, fingerprinte
         pipe.hsetnx(keys.dupefilter_meta, "layout", wanted["layout"])
         if "buckets" in wanted:
             pipe.hsetnx(keys.dupefilter_meta, "buckets", wanted["buckets"])
+        # the queues' format (lua/frontier_queue.lua): a crawl without it is refused at join
+        pipe.hsetnx(keys.dupefilter_meta, "ranked", 1)
         pipe.hgetall(keys.dupefilter_meta)
         *_, now_raw = await pipe.execute()
     check_meta({k.decode(): v.decode() for k, v in now_raw.items()}, wanted, keys.dupefilter)

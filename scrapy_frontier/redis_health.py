@@ -53,6 +53,14 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ReadOnlyError,
     OSError,
 )
+#: Any failure of a Redis call: an outage (:data:`OUTAGE_ERRORS`), a refusal (a full Redis, a
+#: wrong type, a script error) or the cluster client failing in its own code. What a caller
+#: catches to report Redis's trouble in one line instead of a traceback.
+REDIS_FAILURES: tuple[type[BaseException], ...] = (
+    *OUTAGE_ERRORS,
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+)
 UNREACHABLE = "unreachable"
 OUT_OF_MEMORY = "out_of_memory"
 #: Seconds without a refused write before an out-of-memory episode may end.

@@ -1,0 +1,517 @@
+"""The scheduler's loop: the local buffers the engine reads and writes synchronously, and the
+background task (on the reactor's asyncio loop) that flushes them to the frontier and refills them.
+
+Requests to queue, leases to acknowledge (:mod:`.leases`) and dead letters collect in local
+buffers; one task flushes them in one Lua call, takes the next batch of requests under lease and
+feeds start URLs (:mod:`.start_urls`). A lease is acknowledged when Scrapy has finished with its
+response: the callback ran, its requests were handed to the scheduler (and are flushed in the same
+call, before the acknowledgement) and its items went through every pipeline (the storage pipeline
+returns only once they are committed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+from scrapy.exceptions import DontCloseSpider
+from scrapy.utils.httpobj import urlparse_cached
+
+from scrapy_frontier import scrapy_internals
+from scrapy_frontier.connection import describe_error
+from scrapy_frontier.dupefilter import fingerprint_int64
+from scrapy_frontier.frontier import Entry, Lease
+from scrapy_frontier.keys import queue_host
+from scrapy_frontier.payload import START_PREFIX
+from scrapy_frontier.politeness import sync_rates
+from scrapy_frontier.redis_health import REDIS_FAILURES
+from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
+from scrapy_frontier.scheduler.start_urls import StartUrlIntake
+from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
+from scrapy_frontier.wording import plural
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+    from scrapy_frontier.redis_health import RedisHealth
+    from scrapy_frontier.scheduler.config import SchedulerConfig
+    from scrapy_frontier.scheduler.join import Session
+
+logger = logging.getLogger(__name__)
+
+#: Requests one push call sends at most.
+_PUSH_BATCH = 1000
+#: Seconds between two checks that Redis holds no lease this worker does not know of.
+_RECONCILE_INTERVAL = 30.0
+
+
+def _payload_request(payload: str | bytes) -> str:
+    """``<METHOD url>`` of a queued request's payload, as Scrapy writes a request in its log."""
+    try:
+        data = json.loads(payload)
+        return f"<{data.get('method', 'GET')} {data['url']}>"
+    except (ValueError, TypeError, KeyError):
+        return repr(payload[:200])
+
+
+class FrontierLoop:
+    """One worker's side of a joined crawl (``session``, :func:`~scrapy_frontier.scheduler.join.join`):
+    :meth:`enqueue` and :meth:`next_request` for the engine, never touching Redis; :meth:`start`
+    runs the background task until :meth:`close`."""
+
+    def __init__(
+        self,
+        crawler: Crawler,
+        config: SchedulerConfig,
+        spider: Spider,
+        session: Session,
+        node_id: str,
+        health: RedisHealth,
+    ) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.config = config
+        self.spider = spider
+        self.node_id = node_id
+        self.health = health
+        self.keys = session.keys
+        self.frontier = session.frontier
+        self.heartbeat = session.heartbeat
+        self.dedup = session.dedup
+        self.dead = session.dead
+        self.seen = session.seen
+        self.leases = LeaseBook(self.keys, node_id, self.stats, config.download_maxsize)
+        self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes)
+        self._local: deque[Request] = deque()
+        self._to_push: list[Entry] = []
+        self._log_duplicates = True
+        self._wait_short_seen = 0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        self._stopping = False
+        self._poll_delay = 0.0
+        self._next_poll = 0.0
+        self._idle_since: float | None = None
+        self._outage_since: float | None = None
+        self._last_task_error: str | None = None  # logged once while it repeats
+        self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
+        self._rates: dict[bytes, bytes] | None = None
+        self._next_rates = 0.0
+        self._started = time.time()
+
+    def start(self) -> None:
+        """Start the heartbeat thread and the background task."""
+        self.heartbeat.start()
+        self._task = self._loop.create_task(self._run())
+
+    def __len__(self) -> int:
+        """Requests leased and not yet handed to the engine."""
+        return len(self._local)
+
+    async def record_crawl(self) -> None:
+        """Add this crawl to ``scrapy-frontier:crawls`` (``scrapy status`` lists the crawls there)."""
+        try:
+            await self.frontier.redis.sadd(self.config.crawls_key, self.keys.crawl)
+        except REDIS_FAILURES as exc:
+            logger.warning(
+                "Could not record the crawl in %s (%s); scrapy status lists it once a worker can",
+                self.config.crawls_key,
+                describe_error(exc),
+            )
+
+    def enqueue(self, request: Request) -> str:
+        """Buffer ``request`` for the frontier: ``"queued"``, ``"duplicate"`` (this worker queued
+        it already) or ``"refused"`` (it cannot be serialized; logged and counted)."""
+        replaced = self.leases.replaced(request)
+        url = without_default_port(request.url)
+        if url != request.url:
+            request = request.replace(url=url)
+        dedup = not request.dont_filter
+        if replaced == "redirect":
+            if request.meta.pop(RETRY_DONT_FILTER_META, False):
+                # dont_filter came from a retry of the redirecting request, not from the spider
+                request.dont_filter = False
+                dedup = True
+            redirects = [without_default_port(u) for u in request.meta.get("redirect_urls") or ()]
+            if dedup and redirects[-1:] == [url] and redirects.count(url) == 1:
+                # A page redirecting to itself (to set a cookie, say) is followed once.
+                dedup = False
+        # The spider's own start requests (Scrapy's start spider middleware marks them) have
+        # dont_filter, and every worker yields them: the crawl fetches each page once all the
+        # same, as a start request or as a link found in a page, so they are deduplicated too.
+        fingerprint = ""
+        digest = b""
+        seen_key = 0
+        if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
+            digest = self.crawler.request_fingerprinter.fingerprint(request)
+            seen_key = fingerprint_int64(digest)
+            if seen_key in self.seen:
+                # This worker queued it already: the shared dupefilter would refuse it too, so
+                # spare the serialization and the bytes to Redis.
+                self._filtered(request)
+                return "duplicate"
+            fingerprint = digest.hex()
+        try:
+            payload = request_to_json(request, self.spider)
+        except RequestRefused as exc:
+            logger.error("Refused request %s of spider %r: %s", request.url, self.spider.name, exc)
+            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+            return "refused"
+        if digest:
+            self.seen.add(seen_key)
+        self._to_push.append(
+            Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
+        )
+        self.stats.inc_value("scheduler/enqueued/redis")
+        self._wakeup.set()
+        return "queued"
+
+    def _filtered(self, request: Request) -> None:
+        """A request dropped as a duplicate: counted, and logged as Scrapy's dupefilter does
+        (the first one, or each with ``DUPEFILTER_DEBUG``)."""
+        self.stats.inc_value("dupefilter/filtered")
+        self._log_filtered(request)
+
+    def _log_filtered(self, request: Request | str) -> None:
+        if self.config.dupefilter_debug:
+            logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
+        elif self._log_duplicates:
+            msg = "Filtered duplicate request: %(request)s - no more duplicates will be shown (see DUPEFILTER_DEBUG to show all duplicates)"
+            logger.debug(msg, {"request": request}, extra={"spider": self.spider})
+            self._log_duplicates = False
+
+    def next_request(self) -> Request | None:
+        if len(self._local) <= self.config.prefetch // 2:
+            self._wakeup.set()
+        if not self._local:
+            return None
+        self.stats.inc_value("scheduler/dequeued/redis")
+        return self._local.popleft()
+
+    # -- the background task ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=self._tick())
+            except TimeoutError:
+                pass
+            self._wakeup.clear()
+            if self._stopping:
+                break
+            try:
+                await self._step()
+                self._last_task_error = None
+            except Exception as exc:
+                # an outage (redis-py's cluster client failing in its own code during a failover
+                # too), or Redis at maxmemory refusing the push or the lease: backoff, one line
+                if not self.health.failed(exc):
+                    self.stats.inc_value("frontier/task_errors")
+                    text = describe_error(exc)
+                    if text != self._last_task_error:  # once while the same error repeats
+                        self._last_task_error = text
+                        if isinstance(exc, redis.exceptions.ResponseError):
+                            # a key of the crawl changed type under it (WRONGTYPE), say: Redis's words are the message
+                            logger.error(
+                                "Redis refused a frontier call (%s); the worker keeps trying every second", text
+                            )
+                        else:
+                            logger.exception("Frontier task error (the worker keeps running)")
+                    await asyncio.sleep(1.0)
+                    continue
+                self._outage()
+                await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
+
+    def _tick(self) -> float:
+        if len(self._local) > self.config.prefetch // 2:
+            return 1.0
+        return max(0.0, min(self._next_poll - time.monotonic(), 1.0))
+
+    def _refill_due(self) -> bool:
+        return len(self._local) <= self.config.prefetch // 2 and time.monotonic() >= self._next_poll
+
+    async def _step(self) -> None:
+        forgets = self.heartbeat.forgets
+        if self.seen.forgets_seen(forgets):
+            logger.info(
+                "URLs were forgotten (scrapy forget): the local first look is emptied, links are checked in Redis again"
+            )
+        running = self.crawler.engine.running
+        to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
+        if running and to_send and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
+            got: int | None = await self._flush_and_refill()
+        else:
+            await self._flush()
+            if not self.crawler.engine.running:
+                # The engine is stopping (SIGINT/SIGTERM): give back at once what was not started,
+                # rather than once the requests in flight are done.
+                await self._give_back_unstarted()
+                return
+            got = await self._refill() if self._refill_due() else None
+        if got is not None:
+            if got:
+                self._poll_delay = 0.0
+                scrapy_internals.wake_engine(self.crawler)
+            else:
+                self._poll_delay = min(self.config.poll_max, max(0.05, self._poll_delay * 2))
+            delay = self._poll_delay
+            due = self.frontier.next_due_in
+            if not got and due >= 0:
+                # a host is queued but not due yet (politeness): come back when it is
+                delay = min(delay, max(0.005, due))
+            self._next_poll = time.monotonic() + delay
+        if self._outage_since is not None or time.monotonic() >= self._next_reconcile:
+            await self._reconcile()
+        if self.keys.shards and time.monotonic() >= self._next_rates:
+            self._next_rates = time.monotonic() + self.config.rates_refresh
+            self._rates = await sync_rates(self.frontier.redis, self.keys, self._rates)
+        await self._check_idle()
+        self.health.answered()
+        if self._outage_since is not None:
+            self._outage_since = None
+            self.stats.set_value("frontier/redis_errors", 0)
+
+    async def _reconcile(self) -> None:
+        """Give back the leases Redis holds for this node that the node does not know of. A
+        script runs even when its reply is lost (the connection drops after Redis executed it,
+        or redis-py retries a call that had run): those requests sit under this live node's
+        lease, never started, never reclaimed, and the crawl would never end."""
+        self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
+        held = await self.frontier.lease_fields()
+        # Read after the await: a lease acknowledged meanwhile moved from the book to to_ack.
+        unknown = held - self.leases.fields() - set(self.leases.to_ack)
+        if unknown:
+            self.seen.clear()  # their acknowledgements were lost: so perhaps their children
+            returned = await self.frontier.unlease(sorted(unknown))
+            self.stats.inc_value("frontier/orphans_returned", returned)
+            logger.warning(
+                "Returned %s this node held in Redis without knowing (a reply lost to a Redis error) to the frontier",
+                plural(returned, "lease"),
+            )
+
+    async def _give_back_unstarted(self) -> None:
+        if not self._local:
+            return
+        fields = [request.meta[LEASE_META] for request in self._local]
+        returned = await self.frontier.unlease(fields)
+        for field in fields:
+            self.leases.forget(field)
+        self._local.clear()
+        self.stats.inc_value("frontier/released", returned)
+        logger.info("Stopping: returned %s not yet started to the frontier", plural(returned, "request"))
+
+    def _outage(self) -> None:
+        """A step failed for a Redis outage or a refusal for lack of memory (reported by
+        :attr:`health`): back off, and reconcile the leases at each step until one succeeds."""
+        self.stats.inc_value("frontier/redis_errors")
+        # Writes just before an error may be lost (a failover, a restart without appendfsync
+        # always): what this worker queued must be able to be queued again.
+        self.seen.clear()
+        if self._outage_since is None:
+            self._outage_since = time.monotonic()
+
+    async def _flush(self) -> None:
+        # Flush what is buffered now; what arrives meanwhile waits for the next round.
+        to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
+        for _ in range(len(self._to_push) // _PUSH_BATCH + 1):
+            entries = self._to_push[:_PUSH_BATCH]
+            # Acknowledgements go with the last batch of pushes, never before them.
+            last = len(entries) == len(self._to_push)
+            acks = to_ack[:] if last else []
+            failed = to_fail[:] if last else []
+            duplicates: list[Any] | None = (
+                [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
+            )
+            added = await self.frontier.push(entries, acks, failed, duplicates)
+            self._pushed(entries, acks, failed, added, duplicates)
+
+    def _pushed(
+        self, entries: list[Entry], acks: list[Any], failed: list[str], added: int, duplicates: list[Any] | None
+    ) -> None:
+        """What a push call that returned ``added`` sent is no longer to send; counted."""
+        to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
+        if self.frontier.wait_short > self._wait_short_seen:
+            if not self._wait_short_seen:
+                logger.warning(
+                    "WAIT saw fewer than %s within %.1fs; acknowledging anyway (a failover now may lose those pushes)",
+                    plural(self.frontier.wait_replicas, "replica"),
+                    self.config.wait_timeout,
+                )
+            self.stats.inc_value("frontier/replica_wait_short", self.frontier.wait_short - self._wait_short_seen)
+            self._wait_short_seen = self.frontier.wait_short
+        del self._to_push[: len(entries)]
+        del to_ack[: len(acks)]
+        del to_fail[: len(failed)]
+        if entries:
+            self.stats.inc_value("dupefilter/filtered", len(entries) - added)
+            for payload in duplicates or ():
+                self._log_filtered(_payload_request(payload))
+            self.stats.inc_value("frontier/queued", added)
+            if added:
+                self._next_poll = 0.0
+
+    async def _refill(self) -> int:
+        want = self.config.prefetch - len(self._local)
+        leases = await self.frontier.lease(want)
+        if not leases:
+            await self._feed_start_urls()
+            await self._flush()
+            leases = await self.frontier.lease(want)
+        return self._take(leases)
+
+    async def _flush_and_refill(self) -> int:
+        """:meth:`_flush` and :meth:`_refill` in one round trip (Frontier.push_lease, for an
+        unsharded frontier and at most one push batch). Returns the requests leased."""
+        want = self.config.prefetch - len(self._local)
+        entries, acks, failed = self._to_push[:], self.leases.to_ack[:], self.leases.to_fail[:]
+        duplicates: list[Any] | None = (
+            [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
+        )
+        added, leases = await self.frontier.push_lease(entries, acks, failed, duplicates, want)
+        # each call's outcome is kept whatever the other's: leases taken are this worker's to
+        # crawl, a push made is not to be made again
+        got = 0 if isinstance(leases, Exception) else self._take(leases)
+        if isinstance(added, Exception):
+            raise added
+        self._pushed(entries, acks, failed, added, duplicates)
+        if isinstance(leases, Exception):
+            raise leases
+        if not got:
+            await self._feed_start_urls()
+            await self._flush()
+            got = self._take(await self.frontier.lease(want))
+        return got
+
+    def _take(self, leases: list[Lease]) -> int:
+        """Queue locally the requests of ``leases`` (an unreadable one goes to the dead
+        letters); learn the seen feed's news. Returns how many leases."""
+        for lease in leases:
+            try:
+                request = request_from_json(lease.payload, self.spider)
+            except Exception as exc:
+                self.leases.unreadable(lease, exc)
+                continue
+            self.leases.take(lease, request)
+            self._local.append(request)
+        self.stats.inc_value("frontier/leased", len(leases))
+        if self.frontier.fed:
+            packed = self.dedup.layout == "packed"
+            self.stats.inc_value("frontier/seen_feed", self.seen.learn(self.frontier.fed, packed))
+            self.frontier.fed = []
+        return len(leases)
+
+    async def _feed_start_urls(self) -> None:
+        raws = await self.frontier.take_start_urls(self.config.start_batch)
+        refused: list[dict[str, Any]] = []
+        for raw in raws:
+            self.leases.to_ack.append(START_PREFIX + raw)
+            requests, record = self.intake.requests(raw)
+            if record is not None:
+                refused.append(record)
+                continue
+            for request in requests:
+                if self.enqueue(request) == "refused":
+                    refused.append(
+                        self.intake.refuse(
+                            raw, RequestRefused("refused", f"the frontier refused the request for {request.url}")
+                        )
+                    )
+                else:
+                    self.stats.inc_value("start_urls/accepted")
+        # Kept (one round trip for the batch) before their leases are released by the next flush.
+        await self.dead.push(self.keys.start_urls_invalid, refused)
+
+    def node_info(self) -> dict[str, Any]:
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": int(self._started),
+            "pages": self.stats.get_value("response_received_count", 0),
+            "items": self.stats.get_value("item_scraped_count", 0),
+            "leases": len(self.leases),
+        }
+
+    def dropped(self) -> None:
+        # Called on the heartbeat thread: this node had been declared dead and its leases went
+        # back to the frontier. Drop, on the reactor thread, what it had not started yet.
+        self._loop.call_soon_threadsafe(self._forget_unstarted)
+
+    def _forget_unstarted(self) -> None:
+        for request in self._local:
+            self.leases.forget(request.meta[LEASE_META])
+        self._local.clear()
+        self.stats.inc_value("frontier/rejoined")
+        logger.warning(
+            "This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)"
+        )
+
+    # -- idle -----------------------------------------------------------------------------
+
+    async def _check_idle(self) -> None:
+        if self._local or len(self.leases) or self._to_push or self.leases.to_ack or self.config.idle_close <= 0:
+            self._idle_since = None
+            return
+        status = await self.frontier.status()
+        if not status.idle:
+            self._idle_since = None
+        elif self._idle_since is None:
+            self._idle_since = time.monotonic()
+        elif time.monotonic() - self._idle_since >= self.config.idle_close:
+            scrapy_internals.wake_engine(self.crawler)
+
+    def on_idle(self, spider: Spider) -> None:
+        if (
+            self.config.idle_close <= 0
+            or self._idle_since is None
+            or time.monotonic() - self._idle_since < self.config.idle_close
+        ):
+            raise DontCloseSpider
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def close(self, reason: str) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        await asyncio.to_thread(self.heartbeat.stop)
+        self.heartbeat.client.close()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await self._flush()
+                released = await self.frontier.release()
+                await self.frontier.leave()
+                break
+            except Exception as exc:
+                if not self.health.failed(exc):
+                    raise
+                self._outage()
+                if time.monotonic() > deadline:
+                    logger.error(
+                        "Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT"
+                    )
+                    return
+                await asyncio.sleep(1.0)
+        self._local.clear()
+        self.leases.clear()
+        if released:
+            self.stats.inc_value("frontier/released", released)
+            logger.info("Returned %s to the frontier", plural(released, "leased request"))
+        if not self.config.persist and reason == "finished":
+            status = await self.frontier.status()
+            if status.idle and status.nodes == 0:
+                await self.frontier.clear()
+                await self.frontier.redis.srem(self.config.crawls_key, self.keys.crawl)
+                logger.info(
+                    "Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)"
+                )
