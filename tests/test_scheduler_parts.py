@@ -1,0 +1,166 @@
+"""The scheduler's parts in-process, against real Redis: its config, the join, the local seen cache."""
+
+import asyncio
+import logging
+
+import redis
+from scrapy import Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_frontier.addon import DistributedAddon
+from scrapy_frontier.config import failed_at_open
+from scrapy_frontier.dupefilter import fingerprint_int64
+from scrapy_frontier.redis_health import RedisHealth
+from scrapy_frontier.scheduler.config import SchedulerConfig
+from scrapy_frontier.scheduler.join import NodeHooks, join
+from scrapy_frontier.scheduler.seen_cache import SeenCache
+from tests.loopback import free_port
+
+
+class ProbeSpider(Spider):
+    name = "probe"
+
+
+class BatchSpider(ProbeSpider):
+    redis_batch_size = 7
+
+
+def crawler_of(redis_url, spidercls=ProbeSpider, **settings):
+    return get_crawler(spidercls, {"REDIS_URL": redis_url, "ADDONS": {DistributedAddon: 0}, **settings})
+
+
+def errors(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+HOOKS = NodeHooks(info=dict, dropped=lambda: None, reclaimed=lambda leases, nodes: None)
+
+
+def join_once(crawler, node="n1"):
+    """join() on a fresh loop; the session's heartbeat client and the crawler's client closed after."""
+    config = SchedulerConfig.from_crawler(crawler)
+
+    async def go():
+        session = await join(crawler, config, crawler.spidercls(), node, RedisHealth(), HOOKS)
+        if session is not None:
+            session.heartbeat.client.close()
+            await session.client.aclose()
+        return session
+
+    return asyncio.run(go())
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_config_reads_every_setting_once_with_its_defaults(redis_url):
+    crawler = crawler_of(redis_url, CONCURRENT_REQUESTS=24, FRONTIER_HEARTBEAT_INTERVAL=2, DOMAIN_RATE_LIMIT="1.5")
+    config = SchedulerConfig.from_crawler(crawler)
+    assert config.prefetch == 24  # FRONTIER_PREFETCH 0: CONCURRENT_REQUESTS
+    assert config.heartbeat_interval == 2.0 and config.node_timeout == 12.0  # 6 heartbeats
+    assert config.domain_rate == 1.5 and config.domain_concurrency == 0
+    assert config.shards is None and config.wait_replicas is None  # decided at join
+    assert config.redis_url == redis_url and config.crawls_key == "scrapy-frontier:crawls"
+    assert config.dedup is not None and not failed_at_open(crawler)
+    assert config.for_spider(BatchSpider()).start_batch == 7
+    assert config.for_spider(ProbeSpider()) is config
+
+
+def test_config_refuses_each_bad_setting_in_one_line(redis_url, caplog):
+    crawler = crawler_of(
+        redis_url,
+        FRONTIER_HEARTBEAT_INTERVAL=5,
+        FRONTIER_NODE_TIMEOUT=6,
+        FRONTIER_SHARDS=20000,
+        CRAWL_ID="a:b",
+        DUPEFILTER_MODE="nope",
+        FRONTIER_POLL_MAX="x",
+    )
+    with caplog.at_level(logging.ERROR):
+        config = SchedulerConfig.from_crawler(crawler)
+    lines = errors(caplog)
+    assert failed_at_open(crawler)
+    for name in ("FRONTIER_NODE_TIMEOUT", "FRONTIER_SHARDS", "CRAWL_ID", "DUPEFILTER_MODE", "FRONTIER_POLL_MAX"):
+        assert sum(name in line for line in lines) == 1, (name, lines)
+    assert config.poll_max == 1.0 and config.dedup is None  # defaults stand meanwhile
+
+
+# -- join ------------------------------------------------------------------------------------
+
+
+def test_join_returns_a_ready_session_and_a_second_node_joins_the_same_crawl(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    first = join_once(crawler_of(redis_url), "n1")
+    second = join_once(crawler_of(redis_url), "n2")
+    assert first is not None and second is not None
+    assert first.keys.crawl == second.keys.crawl == "probe"
+    assert {m.decode() for m in client.zrange("probe:nodes", 0, -1)} == {"n1", "n2"}  # both beat once
+    meta = client.hgetall("probe:dupefilter:meta")
+    assert meta[b"ranked"] == b"1" and meta[b"shards"] == b"0"
+    assert first.seen.enabled and first.frontier.seen_feed  # a single Redis: the first look is on
+    client.close()
+
+
+def test_join_refuses_a_crawl_of_an_unreleased_format_in_one_line(redis_url, caplog):
+    client = redis.Redis.from_url(redis_url)
+    assert join_once(crawler_of(redis_url)) is not None
+    client.hdel("probe:dupefilter:meta", "ranked")  # as the versions before the format wrote it
+    client.zadd("probe:requests", {"h": 0})
+    crawler = crawler_of(redis_url)
+    with caplog.at_level(logging.ERROR):
+        assert join_once(crawler, "n2") is None
+    (line,) = errors(caplog)
+    assert "'probe'" in line and "probe:dupefilter:meta" in line and "start the crawl over" in line
+    assert failed_at_open(crawler)
+    assert client.zrange("probe:nodes", 0, -1) == [b"n1"]  # the refused node wrote nothing
+    client.close()
+
+
+def test_join_refuses_start_urls_of_the_wrong_type_and_an_unreachable_redis(redis_url, caplog):
+    client = redis.Redis.from_url(redis_url)
+    client.sadd("probe:start_urls", "http://a.example/")
+    with caplog.at_level(logging.ERROR):
+        assert join_once(crawler_of(redis_url)) is None
+        assert join_once(crawler_of(f"redis://127.0.0.1:{free_port()}/0")) is None
+    wrong_type, unreachable = errors(caplog)
+    assert "probe:start_urls is a Redis set" in wrong_type and "REDIS_START_URLS_AS_SET" in wrong_type
+    assert "cannot use Redis" in unreachable
+    assert not client.exists("probe:dupefilter:meta") and not client.exists("probe:nodes")
+    client.close()
+
+
+def test_join_takes_a_setting_that_already_stopped_the_crawl_as_final(redis_url):
+    crawler = crawler_of(redis_url, FRONTIER_POLL_MAX="x")
+    assert join_once(crawler) is None
+    assert not redis.Redis.from_url(redis_url).exists("probe:dupefilter:meta")  # joined nothing
+
+
+# -- the local seen cache ------------------------------------------------------------------
+
+
+def test_seen_cache_is_bounded_and_off_at_zero():
+    cache = SeenCache(3)
+    for key in (1, 2, 3):
+        cache.add(key)
+    assert 1 in cache and len(cache) == 3
+    cache.add(4)  # full: emptied first
+    assert 1 not in cache and 4 in cache and len(cache) == 1
+    off = SeenCache(0)
+    off.add(1)
+    assert not off.enabled and 1 not in off and off.learn([b"1,2"], packed=True) == 0
+
+
+def test_seen_cache_learns_the_seen_feed_in_either_layout():
+    digest = bytes.fromhex("0123456789abcdef" + "00" * 12)
+    cache = SeenCache(100)
+    assert cache.learn([b"5,6", b"7"], packed=True) == 3
+    assert cache.learn([digest.hex().encode()], packed=False) == 1
+    assert all(key in cache for key in (5, 6, 7, fingerprint_int64(digest))) and len(cache) == 4
+
+
+def test_seen_cache_is_emptied_when_scrapy_forget_ran():
+    cache = SeenCache(10)
+    assert not cache.forgets_seen(b"0")  # the first count read: nothing to forget
+    cache.add(1)
+    assert not cache.forgets_seen(b"0") and 1 in cache
+    assert cache.forgets_seen(b"1") and 1 not in cache
