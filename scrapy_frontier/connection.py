@@ -50,7 +50,10 @@ class ConfigError(Exception):
 
 #: How to write a password that holds one of the characters a URL gives a meaning to (RFC 3986
 #: section 3.2.1: the userinfo is percent-encoded).
-PERCENT_ENCODE_HINT = "percent-encode the password ('#' %23, '/' %2F, '?' %3F, '@' %40, '%' %25, '[' %5B, ']' %5D; ':' %3A in a user name)"
+PERCENT_ENCODE_HINT = (
+    "percent-encode the password ('#' %23, '/' %2F, '?' %3F, '@' %40, '%' %25, '[' %5B, ']' %5D; "
+    "':' %3A in a user name)"
+)
 
 #: Query parameters whose value is treated as a secret (``?password=``, ``?auth_token=``, ...).
 _SECRET_WORDS = ("pass", "secret", "token", "key", "auth", "cred")
@@ -111,7 +114,8 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
     db = parts.path.strip("/")
     if parts.scheme not in ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel"):
         raise ConfigError(
-            f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, redis+sentinel or rediss+sentinel"
+            f"REDIS_URL {redact_url(url)} is malformed: scheme {parts.scheme!r} is not redis, rediss, unix, "
+            "redis+sentinel or rediss+sentinel"
         )
     if parts.scheme in ("redis", "rediss") and db and not db.isdigit():
         # redis-py would silently fall back to database 0, another crawl's perhaps.

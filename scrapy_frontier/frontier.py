@@ -19,7 +19,7 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from redis.exceptions import NoScriptError
 
@@ -32,9 +32,9 @@ from scrapy_frontier.scripts import source
 from scrapy_frontier.status import Status, crawl_counts, flag, make_status, status_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Awaitable, Sequence
 
-    from redis.asyncio import Redis
+    from redis.asyncio import Redis, RedisCluster
 
     from scrapy_frontier.keys import Keys, Shard
 
@@ -154,7 +154,7 @@ class Frontier:
         self,
         sh: Shard,
         entries: Sequence[Entry],
-        acks: Sequence[bytes | str],
+        acks: Sequence[bytes],
         failed: Sequence[str],
         duplicates: list[Any] | None = None,
     ) -> int:
@@ -165,7 +165,7 @@ class Frontier:
         self,
         sh: Shard,
         entries: Sequence[Entry],
-        acks: Sequence[bytes | str],
+        acks: Sequence[bytes],
         failed: Sequence[str],
         report: bool = False,
     ) -> tuple[list[str], list[Any], dict[int, str] | None]:
@@ -251,7 +251,7 @@ class Frontier:
                         "WAIT",
                         self.wait_replicas,
                         self.wait_timeout_ms,
-                        target_nodes=self.redis.get_node_from_key(node_key),
+                        target_nodes=cast("RedisCluster", self.redis).get_node_from_key(node_key),
                     )
                 else:
                     pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
@@ -292,16 +292,16 @@ class Frontier:
         to it the payload of each entry the dupefilter had seen."""
         if not (entries or acks or failed):
             return 0
-        acks = [_field(a) for a in acks]
+        fields = [_field(a) for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
-            return await self._push_call(self.shards[0], entries, acks, failed, duplicates)
+            return await self._push_call(self.shards[0], entries, fields, failed, duplicates)
         by_shard: dict[int, list[Entry]] = defaultdict(list)
         for e in entries:
             by_shard[self.shard_index(e.host)].append(e)
-        start_acks = [a for a in acks if a.startswith(START_PREFIX)]
+        start_acks = [a for a in fields if a.startswith(START_PREFIX)]
         ack_shard: dict[int, list[bytes]] = defaultdict(list)
-        for a in acks:
+        for a in fields:
             if not a.startswith(START_PREFIX):
                 ack_shard[self._lease_shard.get(a, 0)].append(a)
         # When the pushes touch one shard only, its acknowledgements ride in the same call:
@@ -327,12 +327,12 @@ class Frontier:
         added = sum(int(n) for n in await asyncio.gather(*calls))
         for i in by_shard:
             self._shard_due[i] = 0.0
-        after = [self._push_call(self.shards[i], [], a, []) for i, a in ack_shard.items()]
+        after: list[Awaitable[Any]] = [self._push_call(self.shards[i], [], a, []) for i, a in ack_shard.items()]
         if start_acks:
             after.append(self.redis.hdel(self.start_lease_key, *start_acks))
         if after:
             await asyncio.gather(*after)
-        for a in acks:
+        for a in fields:
             self._lease_shard.pop(a, None)
         return added
 
@@ -452,8 +452,8 @@ class Frontier:
         what the round trip raises (an outage: either call may have run; a lease this node
         does not know of is given back by the scheduler's reconcile)."""
         sh = self.shards[0]
-        acks = [_field(a) for a in acks]
-        push_keys, push_args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)
+        fields = [_field(a) for a in acks]
+        push_keys, push_args, full = self._push_args(sh, entries, fields, failed, duplicates is not None)
         lease_keys, lease_args, call = self._lease_args(0, n)
         now = time.monotonic()
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -550,7 +550,7 @@ class Frontier:
         """Counts for idle detection and for ``scrapy status``, every shard summed; ``deep`` also
         reads the queued requests (each shard's count; one that has none yet is counted host by
         host once, so it is skipped in the idle check)."""
-        nodes = await self.redis.zrange(self.keys.nodes, 0, -1)
+        nodes = cast("list[bytes]", await self.redis.zrange(self.keys.nodes, 0, -1))
         async with self.redis.pipeline(transaction=False) as pipe:
             crawl_counts(pipe, self.keys, self.start_urls_as_set, nodes)
             crawl_reads = pipe.execute()

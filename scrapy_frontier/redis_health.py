@@ -214,8 +214,9 @@ class RedisHealth:
             why = f"INFO memory not readable: {describe_error(exc)}"
         try:
             logger.error(
-                "Redis refuses writes: it is out of memory (%s). The worker keeps what it holds and retries with backoff; "
-                "nothing is dropped. Raise maxmemory (redis-cli CONFIG SET maxmemory <bytes>) or give Redis more memory (docs/sizing.md)",
+                "Redis refuses writes: it is out of memory (%s). The worker keeps what it holds and retries "
+                "with backoff; nothing is dropped. Raise maxmemory (redis-cli CONFIG SET maxmemory <bytes>) "
+                "or give Redis more memory (docs/sizing.md)",
                 memory.text() if memory is not None else why,
             )
             while not self._closed.wait(PROBE_SECONDS):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_frontier.scripts import source
 
@@ -69,7 +69,7 @@ def read_status(client: sync_redis.Redis, keys: Keys, *, deep: bool = True, star
     """The :class:`Status` of a crawl, read with a blocking client (``scrapy status``): the
     counts of every shard summed; ``deep`` also reads the queued requests (each shard's
     count, ``<queue prefix>@queued``; a shard without one is counted host by host once)."""
-    nodes = client.zrange(keys.nodes, 0, -1)
+    nodes = cast("list[bytes]", client.zrange(keys.nodes, 0, -1))
     script = client.register_script(source("frontier_status"))
     counts = [script(keys=k, args=a) for k, a in status_calls(keys, nodes, deep)]
     with client.pipeline(transaction=False) as pipe:

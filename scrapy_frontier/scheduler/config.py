@@ -69,7 +69,8 @@ class SchedulerConfig:
         if node_timeout < 2 * heartbeat:
             fail_at_open(
                 crawler,
-                "Setting FRONTIER_NODE_TIMEOUT=%r is out of range: it must be >= %s (twice FRONTIER_HEARTBEAT_INTERVAL)",
+                "Setting FRONTIER_NODE_TIMEOUT=%r is out of range: it must be >= %s "
+                "(twice FRONTIER_HEARTBEAT_INTERVAL)",
                 settings.get("FRONTIER_NODE_TIMEOUT"),
                 2 * heartbeat,
             )

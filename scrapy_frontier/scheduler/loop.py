@@ -185,7 +185,10 @@ class FrontierLoop:
         if self.config.dupefilter_debug:
             logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
         elif self._log_duplicates:
-            msg = "Filtered duplicate request: %(request)s - no more duplicates will be shown (see DUPEFILTER_DEBUG to show all duplicates)"
+            msg = (
+                "Filtered duplicate request: %(request)s - no more duplicates will be shown "
+                "(see DUPEFILTER_DEBUG to show all duplicates)"
+            )
             logger.debug(msg, {"request": request}, extra={"spider": self.spider})
             self._log_duplicates = False
 
@@ -451,7 +454,8 @@ class FrontierLoop:
         self._local.clear()
         self.stats.inc_value("frontier/rejoined")
         logger.warning(
-            "This node had been declared dead and its leases reclaimed; rejoining (pages in flight may be fetched twice)"
+            "This node had been declared dead and its leases reclaimed; rejoining "
+            "(pages in flight may be fetched twice)"
         )
 
     # -- idle -----------------------------------------------------------------------------
@@ -498,7 +502,8 @@ class FrontierLoop:
                 self._outage()
                 if time.monotonic() > deadline:
                     logger.error(
-                        "Could not return leases to Redis before exiting; other nodes reclaim them after FRONTIER_NODE_TIMEOUT"
+                        "Could not return leases to Redis before exiting; other nodes reclaim them after "
+                        "FRONTIER_NODE_TIMEOUT"
                     )
                     return
                 await asyncio.sleep(1.0)
@@ -513,5 +518,6 @@ class FrontierLoop:
                 await self.frontier.clear()
                 await self.frontier.redis.srem(self.config.crawls_key, self.keys.crawl)
                 logger.info(
-                    "Crawl finished and this was the last node: cleared the frontier and dupefilter (SCHEDULER_PERSIST=False)"
+                    "Crawl finished and this was the last node: cleared the frontier and dupefilter "
+                    "(SCHEDULER_PERSIST=False)"
                 )
