@@ -14,7 +14,8 @@ Three layouts of ``<spider>:dupefilter`` (setting ``DUPEFILTER_MODE``):
   4 MB, each filling one jemalloc size class; a filter has at most 2**42 bits), the layout and counts in the hash
   ``<spider>:dupefilter:bloom``. The ``k`` bit positions come from two 52-bit parts of the
   fingerprint by enhanced double hashing (Dillinger and Manolios, 2004). About 3.8 bytes per URL
-  at 1e-6 when a filter is full. A Bloom filter cannot delete: forgotten fingerprints go to ``<spider>:dupefilter:forgotten`` and are let through once.
+  at 1e-6 when a filter is full. A Bloom filter cannot delete: forgotten fingerprints go to
+  ``<spider>:dupefilter:forgotten`` and are let through once.
 
 The check is the Lua file ``scrapy_frontier/lua/dupefilter_seen.lua``, included by the
 frontier's push script and by this module's ``dupefilter_add.lua``.

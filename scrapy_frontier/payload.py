@@ -22,8 +22,9 @@ def compact_payload(payload: str, host: str) -> str:
     request (about 40 on the web's host names). A lease keeps this form (in the node's lease hash,
     and back in the queue when given back); the worker writes the JSON back
     (:func:`expand_payload`), so dead letters and the spider see the JSON as before. Any other
-    payload (a host written in capitals, an IP v6 literal, a start URL's JSON) is returned as it is: a JSON payload starts with ``{``, and what follows a
-    host (RFC 3986 3.2.2: its port, path, query, fragment, or the URL's end) never does."""
+    payload (a host written in capitals, an IP v6 literal, a start URL's JSON) is returned as it
+    is: a JSON payload starts with ``{``, and what follows a host (RFC 3986 3.2.2: its port,
+    path, query, fragment, or the URL's end) never does."""
     for scheme, mark in (("https", ""), ("http", "h")):
         opening = f"{_URL_OPEN}{scheme}://{host}"
         if payload.startswith(opening) and payload[len(opening) : len(opening) + 1] in _AFTER_HOST:
