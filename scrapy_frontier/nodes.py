@@ -6,7 +6,7 @@ the heartbeat says "this process is alive", like an etcd lease kept alive by its
 beat refreshes ``<spider>:nodes`` (score = now, Unix ms, at the Redis server's time: a worker
 whose clock is minutes off is neither seen as dead nor sees others so) and the node's facts in
 ``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
-whose last beat is older than the node timeout (:func:`scrapy_frontier.frontier.reclaim_dead`).
+whose last beat is older than the node timeout (:func:`scrapy_frontier.reclaim.reclaim_dead`).
 The two beat scripts run when Redis is at ``maxmemory`` (``allow-oom``, ``lua/nodes_beat.lua``):
 a worker waiting for Redis to accept writes again is not taken for dead meanwhile. Redis errors
 go to the worker's :class:`~scrapy_frontier.redis_health.RedisHealth`, which reports an outage

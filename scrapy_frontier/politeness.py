@@ -4,8 +4,8 @@ Two checks use the same per-host state (``<spider>:politeness:<host>``, every fi
 in :attr:`scrapy_frontier.keys.Keys.politeness_prefix`) and the same rate rule, one Lua file
 (``scrapy_frontier/lua/politeness_policy.lua``) included by both:
 
-- when requests are taken from the frontier (the lease script in
-  :mod:`scrapy_frontier.frontier`, due time ``next``): a host that is not due gives nothing and
+- when requests are taken from the frontier (the lease script, ``lua/frontier_lease.lua``, due
+  time ``next``): a host that is not due gives nothing and
   is put back in the index at the time it is due, so it never holds back other hosts;
 - just before a request is sent (:meth:`Politeness.reserve`, one Lua call): the request gets the
   host's next send time, ``max(now, next_send, pause_until)``, and moves ``next_send`` on by

@@ -319,9 +319,9 @@ def item_values(item: Any) -> Mapping[str, Any]:
     never modify it).
 
     A :class:`scrapy.Item`'s own value dict and a ``dict`` item itself are returned as they are
-    (the storage and cache pipelines read every field of every item: going through
-    :class:`~itemadapter.ItemAdapter` for each value cost more than half of their CPU per
-    item); any other item type is wrapped in an :class:`~itemadapter.ItemAdapter`.
+    (the storage and cache pipelines read every field of every item, and going through
+    :class:`~itemadapter.ItemAdapter` for each value would be most of their CPU per item); any
+    other item type is wrapped in an :class:`~itemadapter.ItemAdapter`.
     """
     if isinstance(item, dict):
         return item

@@ -438,7 +438,7 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         client.lpush(k.failed, record)
         assert (
             json.loads(run(["status", "site", "--json"], env).stdout)["frontier"]["queued"] == 0
-        )  # counted: each shard keeps its count now
+        )  # a dead letter is not queued
         requeued = run(["requeue", "site", "--json"], env)
         assert requeued.returncode == 0, requeued.stderr
         assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}

@@ -99,7 +99,7 @@ class ClusterTotals:
         self._pushed: dict[str, int] = {}
         self._failing = False
         self._answered = False
-        #: Set when the crawl closes: a failed refresh is no longer reported (a failed final one is).
+        #: Set when the crawl closes: from then on a failed refresh is not reported (a failed final one is).
         self.quiet = False
         self._set_if_exists = source("hash_set_if_exists")
         self.health = health or RedisHealth()

@@ -1,6 +1,6 @@
 """Redis write-through cache of items, keyed by their unique key (an item without a schema: by its
 document key): by default only what the unchanged skip needs (a marker of the content last
-committed, about 25 bytes an item), with ``REDIS_CACHE_ITEMS`` the latest version of every item."""
+committed, docs/sizing.md gives its size), with ``REDIS_CACHE_ITEMS`` the latest version of every item."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ class RedisCachePipeline:
     """By default (``REDIS_CACHE_ITEMS`` off), the lean cache: of each item only a marker of the
     content last committed to the database, 8 bytes in a field of 10 bytes of one of
     ``REDIS_CACHE_CAPACITY / 64`` bucket hashes ``<spider>:items:cache:@<n>`` (Redis keeps them
-    in its compact listpack encoding up to 128 fields, about 25 bytes an item; a bucket expires
+    in its compact listpack encoding up to 128 fields; a bucket expires
     ``REDIS_CACHE_TTL`` seconds after its last write): one read per batch (stat
     ``cache/checked``), one write per batch committed. The unchanged skip below works the same.
 
