@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -133,7 +133,7 @@ class Heartbeat:
         # started: the server's time at the first beat, as every time status compares
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
-        self.forgets = self.client.get(self.keys.forgets) or b"0"
+        self.forgets = cast("bytes | None", self.client.get(self.keys.forgets)) or b"0"  # a bytes client
         if added and self._joined:
             self._on_dropped()
         self._joined = True

@@ -94,6 +94,6 @@ def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
         script(keys=[sh.queue], args=[sh.queue_prefix, *triples])
         with client.pipeline(transaction=False) as pipe:
             for raw in raws:
-                pipe.lrem(keys.failed, 1, raw)
+                pipe.lrem(keys.failed, 1, raw)  # type: ignore[arg-type]  # redis-py types value as str; LREM takes bytes
             requeued += sum(pipe.execute())
     return requeued

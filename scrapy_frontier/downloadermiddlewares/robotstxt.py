@@ -49,7 +49,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         netloc = urlparse_cached(request).netloc
         if client is None or netloc in self._parsers:
             return await super().robot_parser(request)
-        self._parsers[netloc] = waiting = Deferred()
+        waiting: Deferred[RobotParser | None] = Deferred()
+        self._parsers[netloc] = waiting
         try:
             parser = await self._shared_parser(client, request, netloc)
         except Exception as exc:  # Redis trouble: fetch it ourselves, as Scrapy would
