@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +56,20 @@ class ClusterLogStats(LogStats):
 
     crawler: Crawler
 
+    def __init__(self, stats: StatsCollector, interval: float = 60.0) -> None:
+        super().__init__(stats, interval)
+        #: ``CLUSTER_LOGSTATS_ENABLED``: the cluster's figures after this worker's.
+        self.cluster = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: The cluster's page total of the last line, where its rate starts (None: no line yet).
+        self._cluster_prev: int | None = None
+        #: The frontier the lines read, made for the crawler's shared client at the first line.
+        self._frontier: Frontier | None = None
+
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         o = super().from_crawler(crawler)
         o.crawler = crawler
-        o._tasks = set()
-        o._cluster_prev = None
-        o._frontier = None
         o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED", bool)
         return o
 

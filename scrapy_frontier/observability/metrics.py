@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -119,7 +120,7 @@ class Metrics:
         disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         for spec in METRICS:
-            kwargs = {"buckets": LATENCY_BUCKETS} if spec.kind is Histogram else {}
+            kwargs: dict[str, Any] = {"buckets": LATENCY_BUCKETS} if spec.kind is Histogram else {}
             metric = spec.kind(spec.name, spec.help, spec.labels, registry=self.registry, **kwargs)
             setattr(self, attribute_name(spec.name), metric)
 
