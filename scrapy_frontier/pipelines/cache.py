@@ -165,6 +165,7 @@ class RedisCachePipeline:
         pipeline keeps it aside)."""
         schema = schema_of(item)
         values = item_values(item)
+        unique: Any  # the unique key's value: any type, hashed as its str()
         if schema is None:
             try:
                 document = document_of(item, self.document_key)
@@ -262,13 +263,15 @@ class RedisCachePipeline:
         """Write ``batch`` (lean: read its markers): one script call, or, in a sharded crawl,
         one per shard the keys fall in (concurrently) and the items list apart. Returns each
         item's stored hash (lean: marker), in order."""
+        put, client = self._put, self.redis
+        assert put is not None and client is not None  # process_item queues nothing without them
         if not self.keys.shards and self.keep_items:
             keys = [self.keys.items]
             args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
             for key, _, content_hash, data, _ in batch:
                 keys.append(key)
                 args += (content_hash, data)
-            return list(await self._put(keys=keys, args=args))
+            return list(await put(keys=keys, args=args))
         groups: dict[str, list[int]] = {}
         for i, (key, *_) in enumerate(batch):
             groups.setdefault((hash_tag(key) or "") if self.keys.shards else "", []).append(i)
@@ -284,9 +287,9 @@ class RedisCachePipeline:
             else:
                 keys = [batch[i][0] for i in indexes]
                 args = [batch[i][1] for i in indexes]
-            calls.append(self._put(keys=keys, args=args))
+            calls.append(put(keys=keys, args=args))
         if self.push_list:
-            await self.redis.rpush(self.keys.items, *(data for _, _, _, data, _ in batch))
+            await client.rpush(self.keys.items, *(data for _, _, _, data, _ in batch))
         olds: list[Any] = [None] * len(batch)
         for indexes, replies in zip(groups.values(), await asyncio.gather(*calls)):
             for i, old in zip(indexes, replies):
