@@ -244,6 +244,11 @@ def _type_name(ftype: Any) -> str:
     return getattr(ftype, "__name__", repr(ftype))
 
 
+def _has_type(value: Any, ftype: Any) -> bool:
+    """Whether ``value`` is of the schema type ``ftype`` (a bool is no ``int`` or ``float``)."""
+    return isinstance(value, _TYPES[ftype]) and (ftype is bool or not isinstance(value, bool))
+
+
 def validate(item: Any) -> list[str]:
     """Check ``item`` against its schema, truncating over-long ``truncate`` fields in place.
 
@@ -254,18 +259,18 @@ def validate(item: Any) -> list[str]:
     """
     schema = schema_of(item)
     if schema is None:
-        values = item if isinstance(item, dict) else ItemAdapter(item).asdict()
+        document = item if isinstance(item, dict) else ItemAdapter(item).asdict()
         try:
-            canonical_json(values)
+            canonical_json(document)
         except (TypeError, ValueError):
-            for name, value in values.items():
+            for name, field_value in document.items():
                 try:
-                    canonical_json(value)
+                    canonical_json(field_value)
                 except (TypeError, ValueError):
                     raise ValidationError(
                         str(name),
                         "not_json",
-                        f"holds a {type(value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)",
+                        f"holds a {type(field_value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)",
                     ) from None
             raise ValidationError("", "not_json", "the item is not JSON-serializable") from None
         return []
@@ -277,7 +282,7 @@ def validate(item: Any) -> list[str]:
             if spec.required:
                 raise ValidationError(spec.name, "missing", "required field is missing or empty")
             continue
-        if not isinstance(value, _TYPES[spec.type]) or (isinstance(value, bool) and spec.type is not bool):
+        if not _has_type(value, spec.type):
             raise ValidationError(spec.name, "type", f"expected {_type_name(spec.type)}, got {type(value).__name__}")
         if spec.type == "datetime":
             try:

@@ -331,7 +331,7 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
         raise RequestRefused("not_object", f"JSON payload must be an object or a URL string, got {type(data).__name__}")
     unknown = sorted(set(data) - _PAYLOAD_KEYS)
     kwargs: dict[str, Any] = {"url": check_url(data.get("url"))}
-    for key, types in (
+    for key, expected in (
         ("meta", dict),
         ("cb_kwargs", dict),
         ("headers", dict),
@@ -342,8 +342,8 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
     ):
         if key in data and data[key] is not None:
             value = data[key]
-            if not isinstance(value, types) or (types is int and isinstance(value, bool)):
-                raise RequestRefused("bad_field", f"{key!r} must be {types.__name__}, got {type(value).__name__}")
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise RequestRefused("bad_field", f"{key!r} must be {expected.__name__}, got {type(value).__name__}")
             kwargs[key] = value
     if "priority" in kwargs and abs(kwargs["priority"]) > _MAX_PRIORITY:
         raise RequestRefused(

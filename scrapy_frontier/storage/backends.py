@@ -229,7 +229,8 @@ class MySQLBackend:
         if conn is None:
             return None
         escape = conn.escape
-        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        # types-PyMySQL lacks server_status, which pymysql sets on every OK packet
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES  # type: ignore[attr-defined]
         if mode:
             return mode, "(" + ",".join(["NULL" if v is None else escape(v) for v in row]) + ")"
         return mode, "(" + ",".join(
@@ -257,7 +258,8 @@ class MySQLBackend:
         """
         conn = self.conn
         assert conn is not None
-        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        # types-PyMySQL lacks server_status, which pymysql sets on every OK packet
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES  # type: ignore[attr-defined]
         values: list[str] = []
         size = 0
         for i, row in enumerate(rows):
