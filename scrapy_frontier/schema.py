@@ -235,7 +235,8 @@ def _read_schema(cls: type) -> Schema:
         raise SchemaError(
             cls,
             key.name,
-            f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) to fit InnoDB's {INDEX_MAX_BYTES}-byte index",
+            f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) "
+            f"to fit InnoDB's {INDEX_MAX_BYTES}-byte index",
         )
     return Schema(table, key.name, tuple(specs))
 
@@ -270,7 +271,8 @@ def validate(item: Any) -> list[str]:
                     raise ValidationError(
                         str(name),
                         "not_json",
-                        f"holds a {type(field_value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)",
+                        f"holds a {type(field_value).__name__}, which a JSON document cannot hold (an item without a "
+                        "schema is stored as JSON)",
                     ) from None
             raise ValidationError("", "not_json", "the item is not JSON-serializable") from None
         return []

@@ -36,7 +36,8 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
     enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
     if scraper is None or enqueue_scrape is None:
         raise ScrapyChanged(
-            f"scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy {CHECKED_WITH})"
+            "scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy "
+            f"{CHECKED_WITH})"
         )
 
     def wrapped(result: Any, request: Request) -> Any:

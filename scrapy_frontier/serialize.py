@@ -120,7 +120,8 @@ def method_name(spider: Spider, func: Any) -> str | None:
         return name
     raise RequestRefused(
         "callback",
-        f"callback {func!r} is not a method of spider {spider.name!r}: a request in Redis names its callback, so it must be a spider method",
+        f"callback {func!r} is not a method of spider {spider.name!r}: a request in Redis names its callback, so it "
+        "must be a spider method",
     )
 
 
@@ -225,7 +226,8 @@ def check_url(url: Any) -> str:
     if len(url) > URL_MAX_LENGTH:
         raise RequestRefused(
             "bad_url",
-            f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): {redact_url(url)!r:.200}",
+            f"URL is {len(url)} characters long, over {URL_MAX_LENGTH} (Scrapy's URLLENGTH_LIMIT): "
+            f"{redact_url(url)!r:.200}",
         )
     try:
         url.encode("utf-8")
@@ -239,7 +241,8 @@ def check_url(url: Any) -> str:
     if "@" in parts.netloc:
         raise RequestRefused(
             "bad_url",
-            f"URL has a user or password before its host, which Scrapy does not send (use the http_user and http_pass spider attributes of HttpAuthMiddleware): {redact_url(url)!r:.200}",
+            "URL has a user or password before its host, which Scrapy does not send (use the http_user and "
+            f"http_pass spider attributes of HttpAuthMiddleware): {redact_url(url)!r:.200}",
         )
     if not parts.scheme:
         raise RequestRefused("bad_url", f"not an absolute URL: {url!r:.200}")
@@ -258,7 +261,8 @@ def check_url(url: Any) -> str:
         except ValueError:
             raise RequestRefused(
                 "bad_url",
-                f"host {host!r:.100} ends with a number but is not an IPv4 address (four numbers 0-255, RFC 3986 section 3.2.2; no top-level domain is all digits, RFC 3696 section 2): {url!r:.200}",
+                f"host {host!r:.100} ends with a number but is not an IPv4 address (four numbers 0-255, RFC 3986 "
+                f"section 3.2.2; no top-level domain is all digits, RFC 3696 section 2): {url!r:.200}",
             ) from None
     try:
         return safe_url_string(url)
@@ -348,7 +352,8 @@ def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Re
     if "priority" in kwargs and abs(kwargs["priority"]) > _MAX_PRIORITY:
         raise RequestRefused(
             "bad_field",
-            f"priority {kwargs['priority']} is beyond +-2**53 (a sorted set's score holds integers exactly up to there)",
+            f"priority {kwargs['priority']} is beyond +-2**53 (a sorted set's score holds integers exactly up to "
+            "there)",
         )
     for name, value in kwargs.get("headers", {}).items():
         values = value if isinstance(value, list) else [value]

@@ -82,7 +82,9 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     shares = [plain.stat("item_scraped_count"), other.stat("item_scraped_count")]
     after = sum(1 for t in times if t > joined)  # pages left when the second worker joined
     print(
-        f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} of {PAGES} pages, shares {shares} ({after} after the second joined), most in 1 s / 2 s: {max_in_window(times)} / {max_in_window(times, 2.0)} (rate {RATE}/s)"
+        f"FIGURES clock {offset}{' joining late' if late else ''}: {len(times)} of {PAGES} pages, shares {shares} "
+        f"({after} after the second joined), most in 1 s / 2 s: {max_in_window(times)} / {max_in_window(times, 2.0)} "
+        f"(rate {RATE}/s)"
     )
     assert max(fetched.values()) == 1, "a URL was fetched twice"
     assert len(fetched) == PAGES

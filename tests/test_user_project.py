@@ -246,7 +246,8 @@ def stored_documents(mysql_query, spider: str) -> list[dict]:
         rows = mysql_query("SELECT document FROM items WHERE spider = %s AND item_type = 'dict'", spider)
     except pymysql.err.ProgrammingError as exc:
         pytest.fail(
-            f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a schema"
+            f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a "
+            "schema"
         )
     return [json.loads(document) for (document,) in rows]
 

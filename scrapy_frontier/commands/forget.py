@@ -179,7 +179,8 @@ class Command(RedisCommand):
             print(f"warning: no item in the cache {keys.item_cache_match}: --pattern matches nothing", file=sys.stderr)
         elif not urls:
             print(
-                "warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches nothing",
+                "warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches "
+                "nothing",
                 file=sys.stderr,
             )
         return urls
@@ -190,6 +191,7 @@ class Command(RedisCommand):
             "" if result["known"] is None else f" ({result['known']} {'was' if result['known'] == 1 else 'were'} in it)"
         )
         lines.append(
-            f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed {result['pushed']}"
+            f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed "
+            f"{result['pushed']}"
         )
         return "\n".join(lines)

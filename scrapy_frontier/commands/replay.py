@@ -54,7 +54,8 @@ class Command(RedisCommand):
             return None
         except Exception as exc:  # e.g. MySQL 1142, no CREATE right: the batch is back in the pending list
             self._fail(
-                f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}"
+                f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in "
+                f"{keys.items_pending}"
             )
             return None
         finally:
@@ -65,4 +66,7 @@ class Command(RedisCommand):
         return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
 
     def describe(self, result: dict[str, Any]) -> str:
-        return f"wrote {plural(result['written'], 'item')}; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"
+        return (
+            f"wrote {plural(result['written'], 'item')}; {result['refused']} refused (kept in "
+            f"<spider>:items:invalid); {result['left']} left pending"
+        )

@@ -71,7 +71,10 @@ class Command(RedisCommand):
     def describe(self, result: dict[str, Any]) -> str:
         text = f"requeued {plural(result['requeued'], 'request')}; {result['left']} left in the dead-letter list"
         if result["unreadable"]:
-            text += f" ({plural(result['unreadable'], 'record')} that {'is not a request' if result['unreadable'] == 1 else 'are not requests'}, left there)"
+            text += (
+                f" ({plural(result['unreadable'], 'record')} that "
+                f"{'is not a request' if result['unreadable'] == 1 else 'are not requests'}, left there)"
+            )
         return text
 
 

@@ -145,9 +145,7 @@ class Command(RedisCommand):
             self._fail(str(exc))
             return None
         except redis_module.exceptions.RedisError as exc:
-            self._fail(
-                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
-            )
+            self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
             return None
         try:
             if opts.json:
@@ -158,8 +156,10 @@ class Command(RedisCommand):
             for c in crawls:
                 state = "idle" if c["idle"] else "running"
                 write_out(
-                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, {c['in_flight']} in flight, "
-                    f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, {c['requests_failed']} failed"
+                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, "
+                    f"{c['in_flight']} in flight, "
+                    f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, "
+                    f"{c['requests_failed']} failed"
                 )
         except OutputClosed as exc:
             self.output_stopped(exc)
@@ -191,7 +191,10 @@ class Command(RedisCommand):
                     if redraw:
                         # Cursor home, the new text with each line's old tail cleared, then the rest
                         # of the screen (ECMA-48 CUP, EL, ED): one write, no blank flash.
-                        header = f"every {opts.watch:g}s: scrapy status {keys.spider}    {time.strftime('%H:%M:%S')} (Ctrl-C stops)"
+                        header = (
+                            f"every {opts.watch:g}s: scrapy status {keys.spider}    {time.strftime('%H:%M:%S')} "
+                            "(Ctrl-C stops)"
+                        )
                         text = f"{header}\n\n{self.describe(result)}".replace("\n", "\x1b[K\n")
                         write_out(f"\x1b[H{text}\x1b[K\x1b[J")
                     else:
@@ -206,9 +209,12 @@ class Command(RedisCommand):
         lines = [
             f"crawl {result['spider']!r}: {'idle' if result['idle'] else 'running'}",
             f"  progress: {progress(result)}",
-            f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, {plural(f['start_urls_waiting'], 'start URL')} waiting",
-            f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
-            f"  dead letters: {plural(d['requests_failed'], 'failed request')}, {plural(d['start_urls_invalid'], 'refused start URL')}, "
+            f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, "
+            f"{plural(f['start_urls_waiting'], 'start URL')} waiting",
+            f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} "
+            "(live workers)",
+            f"  dead letters: {plural(d['requests_failed'], 'failed request')}, "
+            f"{plural(d['start_urls_invalid'], 'refused start URL')}, "
             f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
             "  totals (every worker since the crawl began): "
             + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
@@ -217,7 +223,8 @@ class Command(RedisCommand):
         for w in result["workers"]:
             metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
             lines.append(
-                f"    {w['node']}: {plural(w['pages'], 'page')} ({w['pages_per_min']}/min), {plural(w['items'], 'item')}, "
+                f"    {w['node']}: {plural(w['pages'], 'page')} ({w['pages_per_min']}/min), "
+                f"{plural(w['items'], 'item')}, "
                 f"{plural(w['leases'], 'lease')}, last beat {w['last_beat_s']}s ago{metrics}"
             )
         return "\n".join(lines)

@@ -85,7 +85,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
                 await asyncio.sleep(wait)
 
     # ``spider``: the parameter of Scrapy's signature, optional there and here, so never passed.
-    def process_response(self, request: Request, response: Response, spider: Spider | None = None) -> Request | Response:
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Request | Response:
         if request.meta.get("dont_retry", False) or response.status not in self.retry_http_codes:
             return response
         retry = self._retry(request, response_status_message(response.status))

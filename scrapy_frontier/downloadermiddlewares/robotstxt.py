@@ -112,7 +112,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
             self.crawler.signals.send_catch_log(host_limited, host=host)
             self._stats.set_value(f"politeness/robots_delay/{host}", delay)
             logger.info(
-                "robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request each %.1fs",
+                "robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request "
+                "each %.1fs",
                 host,
                 delay,
                 delay,

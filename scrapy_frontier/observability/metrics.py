@@ -1,8 +1,9 @@
 """The Prometheus metrics a worker exposes (prometheus-client), defined once.
 
 :data:`METRIC_NAMES` lists the exposed family names, the ones to use in PromQL and dashboards
-(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics` builds them all in a registry of
-their own, one per crawler, so that two crawlers in one process never clash; the extension
+(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics`
+builds them all in a registry of their own, one per crawler, so that two crawlers in one process
+never clash; the extension
 ``scrapy_frontier.observability.extension.Observability`` fills them and serves them over HTTP
 (:mod:`scrapy_frontier.observability.server`).
 """

@@ -101,7 +101,8 @@ class StartUrlIntake:
                 raw,
                 RequestRefused(
                     "make_request_from_data",
-                    f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a Request",
+                    f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a "
+                    "Request",
                 ),
             )
         if not requests:

@@ -375,7 +375,8 @@ class SQLiteBackend:
         marks = ", ".join(["?"] * len(schema.columns))
         updates = ", ".join(f"{c} = excluded.{c}" for c in schema.columns if c not in schema.unique_columns)
         sql = (
-            f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({', '.join(schema.unique_columns)}) DO UPDATE SET {updates},"
+            f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({', '.join(schema.unique_columns)}) "
+            f"DO UPDATE SET {updates},"
             " updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')"
         )
         for attempt in (1, 2):
