@@ -85,8 +85,7 @@ def page_text(root: HtmlElement) -> tuple[str, list[list[int | str]]]:
     ``headings`` a list of ``[level, text]`` with ``level`` 1, 2 or 3.
 
     One walk of the tree, iterative (no recursion limit on deeply nested pages); the tree is not
-    changed. Costs under a third of the CPU of the parsel XPath it replaced (bench/text_extraction.py,
-    bench/README.md#page-text)."""
+    changed. Its cost against parsel XPath: bench/text_extraction.py, bench/README.md#page-text."""
     region = main_content(root)
     chunks: list[str] = []
     append = chunks.append

@@ -23,9 +23,9 @@ CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 # Scrapy 2.19's scraper starts CONCURRENT_ITEMS tasks for every response, whatever its callback
 # yields (scrapy/utils/asyncio.py, _parallel_asyncio), and keeps them until the response's last
-# item is through the pipelines: at Scrapy's 100, creating them took 16% of a worker's CPU on the
-# benchmark site and the tasks of responses waiting for their items' commit made every garbage
-# collection slower. 16 items (or requests) of one response still go through at once.
+# item is through the pipelines: at Scrapy's 100, creating them is a large share of a worker's CPU
+# and the tasks of responses waiting for their items' commit make every garbage collection slower.
+# 16 items (or requests) of one response still go through at once.
 CONCURRENT_ITEMS = 16
 DOWNLOAD_TIMEOUT = 30
 # Scrapy's 1 GiB limit lets one page take a worker's memory: parsing an HTML body costs several

@@ -1,11 +1,9 @@
 """Keep the objects that live for the whole crawl out of Python's full garbage collections.
 
 A crawl allocates requests, responses and tasks fast enough that CPython (3.11) runs a full
-collection of the oldest generation every ten or so collections of the middle one (about twice
-a second at 200 pages/s), and each full collection walks every container object the process
-holds: the ~100,000 of the imported modules, the settings and the components as much as the
-live requests. Measured on the 20,000-page benchmark site (bench/speed.py), those walks took
-19 s of a 100 s crawl.
+collection of the oldest generation every ten or so collections of the middle one, and each
+full collection walks every container object the process holds: the ~100,000 of the imported
+modules, the settings and the components as much as the live requests.
 
 Once the spider is open, :func:`gc.freeze` moves every object alive then to the permanent
 generation, which collections skip (https://docs.python.org/3/library/gc.html#gc.freeze): the

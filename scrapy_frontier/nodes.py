@@ -6,7 +6,7 @@ the heartbeat says "this process is alive", like an etcd lease kept alive by its
 beat refreshes ``<spider>:nodes`` (score = now, Unix ms, at the Redis server's time: a worker
 whose clock is minutes off is neither seen as dead nor sees others so) and the node's facts in
 ``<spider>:nodes:<node>`` (with a TTL), then returns to the frontier the leases of every node
-whose last beat is older than the node timeout (:func:`scrapy_frontier.frontier.reclaim_dead`).
+whose last beat is older than the node timeout (:func:`scrapy_frontier.reclaim.reclaim_dead`).
 The two beat scripts run when Redis is at ``maxmemory`` (``allow-oom``, ``lua/nodes_beat.lua``):
 a worker waiting for Redis to accept writes again is not taken for dead meanwhile. Redis errors
 go to the worker's :class:`~scrapy_frontier.redis_health.RedisHealth`, which reports an outage
@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -133,7 +133,7 @@ class Heartbeat:
         # started: the server's time at the first beat, as every time status compares
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
-        self.forgets = self.client.get(self.keys.forgets) or b"0"
+        self.forgets = cast("bytes | None", self.client.get(self.keys.forgets)) or b"0"  # a bytes client
         if added and self._joined:
             self._on_dropped()
         self._joined = True

@@ -4,8 +4,8 @@ Two checks use the same per-host state (``<spider>:politeness:<host>``, every fi
 in :attr:`scrapy_frontier.keys.Keys.politeness_prefix`) and the same rate rule, one Lua file
 (``scrapy_frontier/lua/politeness_policy.lua``) included by both:
 
-- when requests are taken from the frontier (the lease script in
-  :mod:`scrapy_frontier.frontier`, due time ``next``): a host that is not due gives nothing and
+- when requests are taken from the frontier (the lease script, ``lua/frontier_lease.lua``, due
+  time ``next``): a host that is not due gives nothing and
   is put back in the index at the time it is due, so it never holds back other hosts;
 - just before a request is sent (:meth:`Politeness.reserve`, one Lua call): the request gets the
   host's next send time, ``max(now, next_send, pause_until)``, and moves ``next_send`` on by
@@ -23,7 +23,7 @@ pauses the host for every worker until the time given.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from scrapy_frontier.scripts import source
 
@@ -147,12 +147,13 @@ async def sync_rates(redis: Redis, keys: Keys, last: dict[bytes, bytes] | None =
     replaced whole, the same value by each."""
     if not keys.shards:
         return {}
-    rates = await redis.hgetall(keys.rates)
+    rates = cast("dict[bytes, bytes]", await redis.hgetall(keys.rates))  # a client of bytes
     if rates != last:
         for sh in keys.all_shards():
             async with redis.pipeline(transaction=True) as pipe:
                 pipe.delete(sh.rates)
                 if rates:
-                    pipe.hset(sh.rates, mapping=rates)
+                    # redis-py's mapping type is invariant in its key: only a dict of its whole union fits
+                    pipe.hset(sh.rates, mapping=rates)  # type: ignore[arg-type]
                 await pipe.execute()
     return rates

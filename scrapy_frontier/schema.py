@@ -235,13 +235,19 @@ def _read_schema(cls: type) -> Schema:
         raise SchemaError(
             cls,
             key.name,
-            f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) to fit InnoDB's {INDEX_MAX_BYTES}-byte index",
+            f"the unique_key field needs max_length <= {INDEX_MAX_BYTES // 4} (or ascii=True and <= {VARCHAR_MAX}) "
+            f"to fit InnoDB's {INDEX_MAX_BYTES}-byte index",
         )
     return Schema(table, key.name, tuple(specs))
 
 
 def _type_name(ftype: Any) -> str:
     return getattr(ftype, "__name__", repr(ftype))
+
+
+def _has_type(value: Any, ftype: Any) -> bool:
+    """Whether ``value`` is of the schema type ``ftype`` (a bool is no ``int`` or ``float``)."""
+    return isinstance(value, _TYPES[ftype]) and (ftype is bool or not isinstance(value, bool))
 
 
 def validate(item: Any) -> list[str]:
@@ -254,18 +260,19 @@ def validate(item: Any) -> list[str]:
     """
     schema = schema_of(item)
     if schema is None:
-        values = item if isinstance(item, dict) else ItemAdapter(item).asdict()
+        document = item if isinstance(item, dict) else ItemAdapter(item).asdict()
         try:
-            canonical_json(values)
+            canonical_json(document)
         except (TypeError, ValueError):
-            for name, value in values.items():
+            for name, field_value in document.items():
                 try:
-                    canonical_json(value)
+                    canonical_json(field_value)
                 except (TypeError, ValueError):
                     raise ValidationError(
                         str(name),
                         "not_json",
-                        f"holds a {type(value).__name__}, which a JSON document cannot hold (an item without a schema is stored as JSON)",
+                        f"holds a {type(field_value).__name__}, which a JSON document cannot hold (an item without a "
+                        "schema is stored as JSON)",
                     ) from None
             raise ValidationError("", "not_json", "the item is not JSON-serializable") from None
         return []
@@ -277,7 +284,7 @@ def validate(item: Any) -> list[str]:
             if spec.required:
                 raise ValidationError(spec.name, "missing", "required field is missing or empty")
             continue
-        if not isinstance(value, _TYPES[spec.type]) or (isinstance(value, bool) and spec.type is not bool):
+        if not _has_type(value, spec.type):
             raise ValidationError(spec.name, "type", f"expected {_type_name(spec.type)}, got {type(value).__name__}")
         if spec.type == "datetime":
             try:
@@ -319,9 +326,9 @@ def item_values(item: Any) -> Mapping[str, Any]:
     never modify it).
 
     A :class:`scrapy.Item`'s own value dict and a ``dict`` item itself are returned as they are
-    (the storage and cache pipelines read every field of every item: going through
-    :class:`~itemadapter.ItemAdapter` for each value cost more than half of their CPU per
-    item); any other item type is wrapped in an :class:`~itemadapter.ItemAdapter`.
+    (the storage and cache pipelines read every field of every item, and going through
+    :class:`~itemadapter.ItemAdapter` for each value would be most of their CPU per item); any
+    other item type is wrapped in an :class:`~itemadapter.ItemAdapter`.
     """
     if isinstance(item, dict):
         return item

@@ -20,7 +20,7 @@ CHECKED_WITH = "2.19.0"
 
 
 class ScrapyChanged(RuntimeError):
-    """Scrapy no longer has an internal this module relies on: scrapy-frontier needs an update."""
+    """A Scrapy internal this module relies on is gone: scrapy-frontier needs an update."""
 
 
 def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any]) -> None:
@@ -34,9 +34,10 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
     """
     scraper = getattr(crawler.engine, "scraper", None)
     enqueue_scrape = getattr(scraper, "enqueue_scrape", None)
-    if enqueue_scrape is None:
+    if scraper is None or enqueue_scrape is None:
         raise ScrapyChanged(
-            f"scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy {CHECKED_WITH})"
+            "scrapy_frontier.scrapy_internals: ExecutionEngine.scraper.enqueue_scrape is gone (checked with Scrapy "
+            f"{CHECKED_WITH})"
         )
 
     def wrapped(result: Any, request: Request) -> Any:

@@ -68,8 +68,7 @@ fi
 # Three test processes (pytest-xdist; each its own Redis database, see tests/conftest.py): most tests
 # wait on crawls and servers, so three share two cores well. TEST_WORKERS=0 runs them in this process.
 # worksteal: a process that is done takes tests queued for another, so the crawls of minutes do
-# not end up queued behind each other on one process (the suite took 11.5 min with the default
-# scheduling, 7 with this, on the same machine).
+# not end up queued behind each other on one process.
 CI="${CI:-}" setpriv --pdeathsig TERM .venv/bin/python -m pytest -n "${TEST_WORKERS:-3}" --dist worksteal "$@"
 }
 

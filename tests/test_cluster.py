@@ -311,7 +311,8 @@ def test_slots_migrated_mid_crawl_lose_nothing(redis_cluster, tmp_path, start_wo
         def reshard():
             # every slot of the master holding the site's shard moves to another master, keys and all
             subprocess.run(
-                ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{source.port}", "--cluster-from", node_id(source), "--cluster-to", node_id(target),
+                ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{source.port}",
+                 "--cluster-from", node_id(source), "--cluster-to", node_id(target),
                  "--cluster-slots", "16384", "--cluster-yes"],
                 check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, timeout=180,
             )  # fmt: skip
@@ -438,7 +439,7 @@ def test_commands_on_a_cluster(redis_cluster, tmp_path):
         client.lpush(k.failed, record)
         assert (
             json.loads(run(["status", "site", "--json"], env).stdout)["frontier"]["queued"] == 0
-        )  # counted: each shard keeps its count now
+        )  # a dead letter is not queued
         requeued = run(["requeue", "site", "--json"], env)
         assert requeued.returncode == 0, requeued.stderr
         assert json.loads(requeued.stdout) == {"requeued": 1, "unreadable": 0, "left": 0}

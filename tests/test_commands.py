@@ -359,7 +359,7 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
     rest, _ = proc.communicate(timeout=30)
     piped += rest
     assert proc.returncode == 0 and "\x1b" not in piped and piped.count(frame_text) >= 2, piped
-    # --json, even on a terminal: one object per line, as before
+    # --json, even on a terminal: one object per line, as in a pipe
     lines = (
         read_pty(["status", "site", "--watch", "0.3", "--json"], env, lambda out: out.count(b"\n") >= 3)
         .decode()

@@ -498,7 +498,8 @@ def check_ports(d: Deployment) -> list[str]:
             or annotations.get("prometheus.io/scrape") != "true"
         ):
             problems.append(
-                f"{where}: pod annotations prometheus.io/port={annotations.get('prometheus.io/port')!r}, scrape={annotations.get('prometheus.io/scrape')!r}; metrics port {container_port}"
+                f"{where}: pod annotations prometheus.io/port={annotations.get('prometheus.io/port')!r}, "
+                f"scrape={annotations.get('prometheus.io/scrape')!r}; metrics port {container_port}"
             )
         pod_labels = template.get("metadata", {}).get("labels", {})
         services = [
@@ -520,7 +521,8 @@ def check_ports(d: Deployment) -> list[str]:
                 if _port_number(p.get("targetPort", p.get("port")), container) == container_port
             }:
                 problems.append(
-                    f"{sname}: annotations prometheus.io/port={ann.get('prometheus.io/port')!r}, scrape={ann.get('prometheus.io/scrape')!r} do not point at the metrics port"
+                    f"{sname}: annotations prometheus.io/port={ann.get('prometheus.io/port')!r}, "
+                    f"scrape={ann.get('prometheus.io/scrape')!r} do not point at the metrics port"
                 )
     return problems
 
@@ -531,7 +533,8 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     problems = []
     if d.files.get("schema.sql") != facts.schema_sql:
         problems.append(
-            "deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: do not edit it)"
+            "deploy/schema.sql differs from scrapy_frontier.storage.ddl.schema_sql(crawler.items) (it is generated: "
+            "do not edit it)"
         )
     found = d.service_with_image("mariadb") or d.service_with_image("mysql")
     if not found:
@@ -540,7 +543,8 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
     init = {t: h for t, h in d.mounts(db).items() if t.startswith("/docker-entrypoint-initdb.d")}
     if not init or any(h != (d.root / "schema.sql").resolve() for h in init.values()):
         problems.append(
-            f"compose service {db_name}: /docker-entrypoint-initdb.d mounts {sorted(map(str, init.values()))}, not deploy/schema.sql"
+            f"compose service {db_name}: /docker-entrypoint-initdb.d mounts {sorted(map(str, init.values()))}, not "
+            "deploy/schema.sql"
         )
     db_env = compose_env(db)
     redis_name = (d.service_with_image("redis") or ("?", {}))[0]
@@ -551,7 +555,8 @@ def check_storage(d: Deployment, facts: CodeFacts) -> list[str]:
         have = (mysql.hostname, mysql.path.lstrip("/"), mysql.username, mysql.password)
         if have != want:
             problems.append(
-                f"compose service {name}: MYSQL_URL host/database/user/password {have} != the {db_name} service's {want}"
+                f"compose service {name}: MYSQL_URL host/database/user/password {have} != the {db_name} service's "
+                f"{want}"
             )
         if urlsplit(env.get("REDIS_URL", "")).hostname != redis_name:
             problems.append(f"compose service {name}: REDIS_URL does not name the redis service {redis_name!r}")
@@ -643,7 +648,8 @@ def check_project(d: Deployment, facts: CodeFacts) -> list[str]:
         problems.append("compose.yaml: nothing calls schedule.json")
     if scheduled_hosts != workers:
         problems.append(
-            f"compose.yaml: schedule.json is called on {sorted(scheduled_hosts)}, the scrapyd workers are {sorted(workers)}"
+            f"compose.yaml: schedule.json is called on {sorted(scheduled_hosts)}, the scrapyd workers are "
+            f"{sorted(workers)}"
         )
 
     # k8s: plain `scrapy crawl <spider>` workers, run next to scrapy.cfg.
@@ -697,7 +703,8 @@ def check_wiring(d: Deployment) -> list[str]:
     manifests = {rel.removeprefix("k8s/") for rel, _ in d.k8s_docs()} - {"kustomization.yaml"}
     if kustomization and set(kustomization[0].get("resources", [])) != manifests:
         problems.append(
-            f"k8s/kustomization.yaml lists {sorted(kustomization[0].get('resources', []))}, the files are {sorted(manifests)}"
+            f"k8s/kustomization.yaml lists {sorted(kustomization[0].get('resources', []))}, the files are "
+            f"{sorted(manifests)}"
         )
     return problems
 
@@ -781,7 +788,10 @@ def test_code_facts_are_not_empty(facts):
 
 
 def test_promql_names():
-    expr = 'histogram_quantile(0.99, sum by (le) (rate(crawler_download_latency_seconds_bucket{spider=~"$spider", x="a{b}"}[$__rate_interval]))) > on (spider) group_left 1e3 * up offset 5m'
+    expr = (
+        'histogram_quantile(0.99, sum by (le) (rate(crawler_download_latency_seconds_bucket{spider=~"$spider", '
+        'x="a{b}"}[$__rate_interval]))) > on (spider) group_left 1e3 * up offset 5m'
+    )
     assert promql_names(expr) == ({"crawler_download_latency_seconds_bucket", "up"}, {"le", "spider", "x"})
 
 
@@ -803,8 +813,10 @@ def test_worker_environment_reaches_the_scrapy_settings():
         env.update({e["name"]: e["value"] for e in container.get("env", [])})
         envs.append((f"k8s {container['name']}", env))
     script = (
-        "import json; from scrapy.utils.project import get_project_settings; from scrapy_frontier.addon import DistributedAddon; "
-        "s = get_project_settings(); DistributedAddon().update_settings(s); print(json.dumps({k: s.get(k) for k in json.loads(input())}))"
+        "import json; from scrapy.utils.project import get_project_settings; from scrapy_frontier.addon import "
+        "DistributedAddon; "
+        "s = get_project_settings(); DistributedAddon().update_settings(s); print(json.dumps({k: s.get(k) for k in "
+        "json.loads(input())}))"
     )
     base = {
         k: v for k, v in os.environ.items() if k not in {"SCRAPY_SETTINGS_MODULE"} | {n for _, e in envs for n in e}

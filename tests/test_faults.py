@@ -1,7 +1,7 @@
 """At-least-once under faults: killed workers, a restarted Redis, a stopped MySQL, SIGTERM,
-URLs that fail for good, a MySQL connection closed while idle and a table dropped mid-crawl. Real processes, real servers; each test prints its figures (run with
-``-s`` to see them): pages expected, stored, duplicates (rows; fetches beyond one per URL),
-leases left, pending items left."""
+URLs that fail for good, a MySQL connection closed while idle and a table dropped mid-crawl. Real
+processes, real servers; each test prints its figures (run with ``-s`` to see them): pages
+expected, stored, duplicates (rows; fetches beyond one per URL), leases left, pending items left."""
 
 from __future__ import annotations
 

@@ -321,6 +321,7 @@ def test_the_progress_line_of_a_lone_worker_says_1_worker(start_worker, redis_ur
     assert worker.wait(60) == 0, worker.output[-3000:]
     # Scrapy's own part as Scrapy writes it (log readers parse it), the cluster's in words
     assert re.search(
-        r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 pages/min\), 0 items stored, 0 queued, 1 worker\n",
+        r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 "
+        r"pages/min\), 0 items stored, 0 queued, 1 worker\n",
         worker.output,
     ), worker.output[-3000:]

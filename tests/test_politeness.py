@@ -91,7 +91,8 @@ def test_three_workers_share_one_rate_limit(recording_server, start_workers, red
         assert w.wait(120) == 0, w.output[-3000:]
     times = server.times("/site/")
     print(
-        f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: {max_in_window(times)}"
+        f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: "
+        f"{max_in_window(times)}"
     )
     assert len(times) == 60
     assert max_in_window(times) <= 6  # 5 per second, one token of burst
@@ -114,7 +115,8 @@ def test_live_override_reaches_every_worker_within_5_seconds(recording_server, s
     before = [t for t in times if set_at - 3 < t < set_at]
     after = [t for t in times if set_at + 5 <= t <= set_at + 10]
     print(
-        f"FIGURES override 20/s -> 1/s: {len(before)} requests in the 3 s before, {len(after)} in the 5 s from 5 s after; most in 1 s then: {max_in_window(after) if after else 0}"
+        f"FIGURES override 20/s -> 1/s: {len(before)} requests in the 3 s before, {len(after)} in the 5 s from 5 s "
+        f"after; most in 1 s then: {max_in_window(after) if after else 0}"
     )
     assert len(before) >= 20
     assert len(after) <= 7 and (not after or max_in_window(after) <= 2)
@@ -144,7 +146,8 @@ def test_retry_after_pauses_the_host_for_every_worker(rate, recording_server, st
     on_the_wire = [t for t in server.times("/") if first < t < first + 0.3]
     during = [t for t in server.times("/") if first + 0.3 <= t < first + 2.95]
     print(
-        f"FIGURES Retry-After 3 (DOMAIN_RATE_LIMIT={rate}): {len(on_the_wire)} requests already on the wire, {len(during)} in the rest of the 3 s; retry after {hit[1] - first:.2f}s"
+        f"FIGURES Retry-After 3 (DOMAIN_RATE_LIMIT={rate}): {len(on_the_wire)} requests already on the wire, "
+        f"{len(during)} in the rest of the 3 s; retry after {hit[1] - first:.2f}s"
     )
     assert during == []
     assert sum(w.stat("politeness/slowed/429") for w in workers) == 1

@@ -151,7 +151,8 @@ def test_default_ports_collapse(tmp_path, start_worker, redis_url, redis_client)
             wait_port(host, 80, timeout=5)
         except RuntimeError:
             pytest.skip(
-                f"cannot serve on {host}:80 (not root, or the port is taken): {proc.stderr.read1().decode()[-300:] if proc.poll() is not None else ''}"
+                f"cannot serve on {host}:80 (not root, or the port is taken): "
+                f"{proc.stderr.read1().decode()[-300:] if proc.poll() is not None else ''}"
             )
         worker = redirect_worker(start_worker, redis_url, tmp_path)
         worker.wait_for("Joined the crawl")

@@ -29,7 +29,8 @@ def odd_site(tmp_path):
         encoding="utf-8",
     )
     (root / "emoji.html").write_text(
-        f"<html><head><meta charset='utf-8'><title>{EMOJI_TITLE}</title></head><body><main><p>{BIG_TEXT}</p></main></body></html>",
+        "<html><head><meta "
+        f"charset='utf-8'><title>{EMOJI_TITLE}</title></head><body><main><p>{BIG_TEXT}</p></main></body></html>",
         encoding="utf-8",
     )
     (root / "long-title.html").write_text(f"<html><head><title>{'T' * 3000}</title></head><body>t</body></html>")

@@ -139,9 +139,9 @@ def test_a_redis_error_never_drops_an_item(redis_url):
 
 
 def test_each_crawler_gets_a_client_of_its_own_url():
-    """A crawler's shared client is never another's: clients were kept by ``id(crawler)``, which
-    a new crawler reuses once the last one is collected, so a test run's crawler for an
-    unreachable Redis got the real Redis of the test before it (``cache/errors`` missing)."""
+    """A crawler's shared client is never another's, even when a new crawler has the ``id()`` of
+    one already collected: a crawler for an unreachable Redis must not get the real Redis of the
+    crawler before it (``cache/errors`` missing)."""
     import gc
 
     from scrapy import Spider

@@ -241,12 +241,13 @@ def assert_shared(workers: list[UserWorker], pages: int) -> None:
 
 def stored_documents(mysql_query, spider: str) -> list[dict]:
     """The spider's dict items in MySQL: JSON documents in the ``items`` table (items without a
-    schema, docs/items.md; written by the storage rewrite)."""
+    schema, docs/items.md)."""
     try:
         rows = mysql_query("SELECT document FROM items WHERE spider = %s AND item_type = 'dict'", spider)
     except pymysql.err.ProgrammingError as exc:
         pytest.fail(
-            f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a schema"
+            f"no dict item of {spider!r} in MySQL ({exc}); dict items need the storage that writes items without a "
+            "schema"
         )
     return [json.loads(document) for (document,) in rows]
 

@@ -25,7 +25,7 @@ from scrapy_frontier.dupefilter import (
     stored_layout,
 )
 from scrapy_frontier.keys import queue_host
-from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.redis_command import RedisCommand, text
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 
@@ -97,7 +97,8 @@ class Command(RedisCommand):
         for pattern in opts.pattern:
             problem = glob_problem(pattern)
             if problem:
-                return self._fail(f"--pattern {pattern!r} is malformed: {problem}")
+                self._fail(f"--pattern {pattern!r} is malformed: {problem}")
+                return None
         super().run(args[:1], opts)
         if self.exitcode == 0 and self._refused:
             self.exitcode = 1
@@ -112,14 +113,16 @@ class Command(RedisCommand):
         fingerprinter = build_from_crawler(load_object(self.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
         layout = stored_layout(client, keys)
         if layout is None:
-            return self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
-        stored = {k.decode(): v.decode() for k, v in client.hgetall(keys.dupefilter_meta).items()}
+            self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
+            return None
+        stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
         config = DedupConfig.for_layout(layout).for_stored(stored)
         wanted = meta_for(config, fingerprinter)
         try:
             check_meta(stored, wanted, keys.dupefilter)
         except DupefilterMismatch as exc:
-            return self._fail(str(exc))
+            self._fail(str(exc))
+            return None
         spider = spidercls() if spidercls is not Spider else Spider(name=keys.spider)
         max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
         payloads = list(self._payloads)
@@ -176,7 +179,8 @@ class Command(RedisCommand):
             print(f"warning: no item in the cache {keys.item_cache_match}: --pattern matches nothing", file=sys.stderr)
         elif not urls:
             print(
-                "warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches nothing",
+                "warning: the cache keeps no items (the crawl ran with REDIS_CACHE_ITEMS off): --pattern matches "
+                "nothing",
                 file=sys.stderr,
             )
         return urls
@@ -187,6 +191,7 @@ class Command(RedisCommand):
             "" if result["known"] is None else f" ({result['known']} {'was' if result['known'] == 1 else 'were'} in it)"
         )
         lines.append(
-            f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed {result['pushed']}"
+            f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed "
+            f"{result['pushed']}"
         )
         return "\n".join(lines)

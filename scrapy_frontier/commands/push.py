@@ -46,7 +46,8 @@ class Command(RedisCommand):
                 with stream:
                     self._payloads += [line.rstrip(b"\r\n") for line in stream if line.strip()]
             except OSError as exc:
-                return self._fail(f"--file {opts.file}: {exc.strerror or exc}")
+                self._fail(f"--file {opts.file}: {exc.strerror or exc}")
+                return None
         if not self._payloads:
             raise UsageError("no payload given")
         super().run(args[:1], opts)

@@ -31,7 +31,7 @@ class Command(RedisCommand):
     def short_desc(self) -> str:
         return "Write the items waiting in <spider>:items:pending to MySQL (or SQLite)"
 
-    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any]:
+    def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
         url = setting_or_env(self.settings, "MYSQL_URL")
         node = f"replay:{os.getpid()}"
@@ -44,15 +44,20 @@ class Command(RedisCommand):
                 client, keys, node, backend, types, self.settings.get("STORAGE_DOCUMENT_KEY") or None
             )
         except SchemaError as exc:
-            return self._fail(exc.describe())
+            self._fail(exc.describe())
+            return None
         except ConfigError as exc:
-            return self._fail(str(exc))
+            self._fail(str(exc))
+            return None
         except ConnectionLost as exc:
-            return self._fail(f"MYSQL_URL {redact_url(url)}: {exc}" if url else str(exc))
+            self._fail(f"MYSQL_URL {redact_url(url)}: {exc}" if url else str(exc))
+            return None
         except Exception as exc:  # e.g. MySQL 1142, no CREATE right: the batch is back in the pending list
-            return self._fail(
-                f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in {keys.items_pending}"
+            self._fail(
+                f"{backend.name if backend else 'storage'}: {type(exc).__name__}: {exc}; the items stay in "
+                f"{keys.items_pending}"
             )
+            return None
         finally:
             if backend is not None:
                 backend.close()
@@ -61,4 +66,7 @@ class Command(RedisCommand):
         return {"written": written, "refused": refused, "left": client.llen(keys.items_pending)}
 
     def describe(self, result: dict[str, Any]) -> str:
-        return f"wrote {plural(result['written'], 'item')}; {result['refused']} refused (kept in <spider>:items:invalid); {result['left']} left pending"
+        return (
+            f"wrote {plural(result['written'], 'item')}; {result['refused']} refused (kept in "
+            f"<spider>:items:invalid); {result['left']} left pending"
+        )

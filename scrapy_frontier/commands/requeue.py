@@ -71,7 +71,10 @@ class Command(RedisCommand):
     def describe(self, result: dict[str, Any]) -> str:
         text = f"requeued {plural(result['requeued'], 'request')}; {result['left']} left in the dead-letter list"
         if result["unreadable"]:
-            text += f" ({plural(result['unreadable'], 'record')} that {'is not a request' if result['unreadable'] == 1 else 'are not requests'}, left there)"
+            text += (
+                f" ({plural(result['unreadable'], 'record')} that "
+                f"{'is not a request' if result['unreadable'] == 1 else 'are not requests'}, left there)"
+            )
         return text
 
 
@@ -94,6 +97,6 @@ def _requeue_sharded(client: redis.Redis, keys: Keys, args: list[Any]) -> int:
         script(keys=[sh.queue], args=[sh.queue_prefix, *triples])
         with client.pipeline(transaction=False) as pipe:
             for raw in raws:
-                pipe.lrem(keys.failed, 1, raw)
+                pipe.lrem(keys.failed, 1, raw)  # type: ignore[arg-type]  # redis-py types value as str; LREM takes bytes
             requeued += sum(pipe.execute())
     return requeued

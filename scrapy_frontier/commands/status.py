@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis as redis_module
 from scrapy.settings import Settings
@@ -22,7 +22,7 @@ from scrapy_frontier.connection import (
     sync_redis,
 )
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
-from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
+from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, text, write_out
 from scrapy_frontier.scripts import source
 from scrapy_frontier.status import read_status
 from scrapy_frontier.wording import plural
@@ -43,25 +43,27 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     per_node = 1 + len(shards) + (1 if keys.shards else 0)
     lease_count = source("lease_count")
     with client.pipeline(transaction=False) as pipe:
-        nodes = client.zrange(keys.nodes, 0, -1, withscores=True)
+        # withscores: (member, score) pairs, which redis-py's return type does not tell apart
+        scored = cast("list[tuple[bytes, float]]", client.zrange(keys.nodes, 0, -1, withscores=True))
+        nodes = [(text(node), beat) for node, beat in scored]
         for node, _ in nodes:
-            pipe.hgetall(keys.node_info(node.decode()))
+            pipe.hgetall(keys.node_info(node))
             for sh in shards:
-                pipe.eval(lease_count, 1, sh.leases(node.decode()))
+                pipe.eval(lease_count, 1, sh.leases(node))
             if keys.shards:
-                pipe.eval(lease_count, 1, keys.start_leases(node.decode()))
+                pipe.eval(lease_count, 1, keys.start_leases(node))
         for key in (keys.start_urls_invalid, keys.items_invalid, keys.items_pending):
             pipe.llen(key)
         pipe.hgetall(keys.stats)
         answers = pipe.execute()
     workers = []
     for i, (node, beat) in enumerate(nodes):
-        info = {k.decode(): v.decode() for k, v in answers[per_node * i].items()}
+        info = {text(k): text(v) for k, v in answers[per_node * i].items()}
         started = float(info.get("started", now))
         pages = int(info.get("pages", 0))
         workers.append(
             {
-                "node": node.decode(),
+                "node": node,
                 "host": info.get("host"),
                 "pid": int(info.get("pid", 0)),
                 "pages": pages,
@@ -104,7 +106,7 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
     out = []
     registry = settings.get("CRAWLS_KEY") or CRAWLS_KEY
     for raw in sorted(client.smembers(registry)):
-        crawl = raw.decode()
+        crawl = text(raw)
         spider, _, crawl_id = crawl.partition("@")
         crawl_settings = settings.copy()
         crawl_settings.set("CRAWL_ID", crawl_id, "cmdline")
@@ -140,11 +142,11 @@ class Command(RedisCommand):
             client = sync_redis(self.settings)
             crawls = list_crawls(client, self.settings)
         except ConfigError as exc:
-            return self._fail(str(exc))
+            self._fail(str(exc))
+            return None
         except redis_module.exceptions.RedisError as exc:
-            return self._fail(
-                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
-            )
+            self._fail(f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
+            return None
         try:
             if opts.json:
                 write_out(json.dumps({"crawls": crawls}, ensure_ascii=False))
@@ -154,8 +156,10 @@ class Command(RedisCommand):
             for c in crawls:
                 state = "idle" if c["idle"] else "running"
                 write_out(
-                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, {c['in_flight']} in flight, "
-                    f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, {c['requests_failed']} failed"
+                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, "
+                    f"{c['in_flight']} in flight, "
+                    f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, "
+                    f"{c['requests_failed']} failed"
                 )
         except OutputClosed as exc:
             self.output_stopped(exc)
@@ -178,7 +182,8 @@ class Command(RedisCommand):
         as_set = self.settings.getbool("REDIS_START_URLS_AS_SET")
         if opts.watch is not None:
             if not opts.watch > 0:  # 0, negative or NaN
-                return self._fail("--watch needs a positive number of seconds")
+                self._fail("--watch needs a positive number of seconds")
+                return None
             redraw = not opts.json and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
             try:
                 while True:
@@ -186,7 +191,10 @@ class Command(RedisCommand):
                     if redraw:
                         # Cursor home, the new text with each line's old tail cleared, then the rest
                         # of the screen (ECMA-48 CUP, EL, ED): one write, no blank flash.
-                        header = f"every {opts.watch:g}s: scrapy status {keys.spider}    {time.strftime('%H:%M:%S')} (Ctrl-C stops)"
+                        header = (
+                            f"every {opts.watch:g}s: scrapy status {keys.spider}    {time.strftime('%H:%M:%S')} "
+                            "(Ctrl-C stops)"
+                        )
                         text = f"{header}\n\n{self.describe(result)}".replace("\n", "\x1b[K\n")
                         write_out(f"\x1b[H{text}\x1b[K\x1b[J")
                     else:
@@ -201,9 +209,12 @@ class Command(RedisCommand):
         lines = [
             f"crawl {result['spider']!r}: {'idle' if result['idle'] else 'running'}",
             f"  progress: {progress(result)}",
-            f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, {plural(f['start_urls_waiting'], 'start URL')} waiting",
-            f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} (live workers)",
-            f"  dead letters: {plural(d['requests_failed'], 'failed request')}, {plural(d['start_urls_invalid'], 'refused start URL')}, "
+            f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, "
+            f"{plural(f['start_urls_waiting'], 'start URL')} waiting",
+            f"  seen (dupefilter): {result['dupefilter_size']}; pages {result['pages']}, items {result['items']} "
+            "(live workers)",
+            f"  dead letters: {plural(d['requests_failed'], 'failed request')}, "
+            f"{plural(d['start_urls_invalid'], 'refused start URL')}, "
             f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
             "  totals (every worker since the crawl began): "
             + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
@@ -212,7 +223,8 @@ class Command(RedisCommand):
         for w in result["workers"]:
             metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
             lines.append(
-                f"    {w['node']}: {plural(w['pages'], 'page')} ({w['pages_per_min']}/min), {plural(w['items'], 'item')}, "
+                f"    {w['node']}: {plural(w['pages'], 'page')} ({w['pages_per_min']}/min), "
+                f"{plural(w['items'], 'item')}, "
                 f"{plural(w['leases'], 'lease')}, last beat {w['last_beat_s']}s ago{metrics}"
             )
         return "\n".join(lines)

@@ -13,7 +13,7 @@ import random
 import time
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.utils.response import response_status_message
@@ -23,7 +23,7 @@ from scrapy_frontier.nodes import server_clock
 from scrapy_frontier.scheduler.leases import FAILED_META
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
@@ -50,7 +50,7 @@ def parse_retry_after(value: bytes | str | None, now: float | None = None) -> fl
     return max(0.0, when.timestamp() - now)
 
 
-def backoff_delay(retry_times: int, base: float, cap: float, rng: random.Random = random._inst) -> float:  # type: ignore[attr-defined]
+def backoff_delay(retry_times: int, base: float, cap: float, rng: random.Random = random._inst) -> float:
     """Full-jitter exponential backoff: uniform in [0.5, 1] x min(cap, base x 2**(retry_times-1)), seconds."""
     return min(cap, base * 2 ** max(0, retry_times - 1)) * rng.uniform(0.5, 1.0)
 
@@ -84,7 +84,10 @@ class BackoffRetryMiddleware(RetryMiddleware):
             if wait > 0:
                 await asyncio.sleep(wait)
 
-    def process_response(self, request: Request, response: Response) -> Any:
+    # ``spider``: the parameter of Scrapy's signature, optional there and here, so never passed.
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Request | Response:
         if request.meta.get("dont_retry", False) or response.status not in self.retry_http_codes:
             return response
         retry = self._retry(request, response_status_message(response.status))
@@ -102,7 +105,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
         retry.meta[NOT_BEFORE_META] = self.clock.time() + delay
         return retry
 
-    def process_exception(self, request: Request, exception: Exception) -> Any:
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> Request | Response | None:
         if not isinstance(exception, self.exceptions_to_retry) or request.meta.get("dont_retry", False):
             return None
         retry = self._retry(request, exception)

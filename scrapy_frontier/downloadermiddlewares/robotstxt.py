@@ -49,7 +49,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         netloc = urlparse_cached(request).netloc
         if client is None or netloc in self._parsers:
             return await super().robot_parser(request)
-        self._parsers[netloc] = waiting = Deferred()
+        waiting: Deferred[RobotParser | None] = Deferred()
+        self._parsers[netloc] = waiting
         try:
             parser = await self._shared_parser(client, request, netloc)
         except Exception as exc:  # Redis trouble: fetch it ourselves, as Scrapy would
@@ -111,7 +112,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
             self.crawler.signals.send_catch_log(host_limited, host=host)
             self._stats.set_value(f"politeness/robots_delay/{host}", delay)
             logger.info(
-                "robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request each %.1fs",
+                "robots.txt of %s asks for Crawl-delay %.1fs: every worker together now sends at most one request "
+                "each %.1fs",
                 host,
                 delay,
                 delay,

@@ -179,7 +179,7 @@ class Observability:
     async def _serve(self) -> None:
         ports = ports_text(self.ports)
         try:
-            self.server, moved = await asyncio.to_thread(start_server, self.host, self.ports, self.metrics.registry)
+            server, moved = await asyncio.to_thread(start_server, self.host, self.ports, self.metrics.registry)
         except OSError as exc:
             logger.error(
                 "Setting METRICS_HOST=%r, METRICS_PORT=%s: cannot serve metrics there (%s)", self.host, ports, exc
@@ -191,9 +191,10 @@ class Observability:
                 "%s is in use on %s; serving metrics on port %d instead (recorded in the node registry)",
                 which,
                 self.host,
-                self.server.server_port,
+                server.server_port,
             )
-        self.address = server_address(self.host, self.server.server_port)
+        self.server = server
+        self.address = server_address(self.host, server.server_port)
         self.stats.set_value("metrics/address", self.address)
         logger.info("Serving Prometheus metrics on http://%s/metrics", self.address)
 

@@ -28,25 +28,29 @@ def item_label(item: Any) -> str:
     return f"{name}({schema.unique_key}={value[:200]!r})"
 
 
+def _labelled(result: logformatter.LogFormatterResult, item: Any) -> logformatter.LogFormatterResult:
+    """``result`` with its ``item`` argument replaced by :func:`item_label` (Scrapy's item lines
+    give their arguments by name)."""
+    args = result["args"]
+    if isinstance(args, dict):
+        args["item"] = item_label(item)
+    return result
+
+
 class LogFormatter(logformatter.LogFormatter):
     def scraped(
         self, item: Any, response: Response | Failure | None, spider: Spider
     ) -> logformatter.LogFormatterResult:
-        result = super().scraped(item, response, spider)
-        result["args"]["item"] = item_label(item)
-        return result
+        return _labelled(super().scraped(item, response, spider), item)
 
     def dropped(
         self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider
     ) -> logformatter.LogFormatterResult:
         result = super().dropped(item, exception, response, spider)
         result["msg"] = "Dropped %(item)s: %(exception)s"
-        result["args"]["item"] = item_label(item)
-        return result
+        return _labelled(result, item)
 
     def item_error(
         self, item: Any, exception: BaseException, response: Response | Failure | None, spider: Spider
     ) -> logformatter.LogFormatterResult:
-        result = super().item_error(item, exception, response, spider)
-        result["args"]["item"] = item_label(item)
-        return result
+        return _labelled(super().item_error(item, exception, response, spider), item)

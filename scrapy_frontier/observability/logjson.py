@@ -27,7 +27,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 from scrapy.settings import BaseSettings
@@ -131,7 +131,7 @@ def install_early(settings: BaseSettings, spider: str | None) -> bool:
     stream: TextIO = sys.stderr
     filename = settings.get("LOG_FILE")
     if filename:
-        mode = "a" if settings.getbool("LOG_FILE_APPEND") else "w"
+        mode: Literal["a", "w"] = "a" if settings.getbool("LOG_FILE_APPEND") else "w"
         stream = open(filename, mode, encoding=settings.get("LOG_ENCODING") or "utf-8", errors="backslashreplace")  # noqa: SIM115
     handler = JsonLogHandler(stream, LogContext(spider=spider), hold=True)
     handler.setLevel(settings.get("LOG_LEVEL"))

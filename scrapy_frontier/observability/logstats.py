@@ -1,10 +1,11 @@
 """The progress line, with the cluster's figures in distributed mode.
 
 :class:`ClusterLogStats` takes the place of Scrapy's ``LogStats`` (the add-on puts it there;
-``CLUSTER_LOGSTATS_ENABLED=False`` keeps only this worker's figures). Every ``LOGSTATS_INTERVAL`` seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is
-set the same line goes on with the whole crawl's figures, read in one round trip from the
-cluster totals (``<spider>:stats``, written by :mod:`scrapy_frontier.observability.totals`) and the
-frontier's status script, sent together::
+``CLUSTER_LOGSTATS_ENABLED=False`` keeps only this worker's figures). Every ``LOGSTATS_INTERVAL``
+seconds it logs Scrapy's line for this worker; when ``REDIS_URL`` is set the same line goes on
+with the whole crawl's figures, read in one round trip from the cluster totals
+(``<spider>:stats``, written by :mod:`scrapy_frontier.observability.totals`) and the frontier's
+status script, sent together::
 
     Crawled 120 pages (at 60 pages/min), scraped 118 items (at 59 items/min); cluster: 530 pages
     (at 240 pages/min), 512 items stored, 1840 queued, 2 workers
@@ -32,13 +33,17 @@ if TYPE_CHECKING:
 
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
 LOCAL = "Crawled %(pages)d pages (at %(pagerate)d pages/min), scraped %(items)d items (at %(itemrate)d items/min)"
 #: Scrapy's own LogStats line (LOCAL, kept word for word: log readers parse it), then the cluster's
 #: figures, counted in words (``1 worker``).
-CLUSTER = "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(cluster_items)s stored, %(queued)d queued, %(workers)s"
+CLUSTER = (
+    "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(cluster_items)s stored, %(queued)d queued, "
+    "%(workers)s"
+)
 
 
 async def read_cluster(frontier: Frontier) -> tuple[Status, int, int]:
@@ -55,13 +60,20 @@ class ClusterLogStats(LogStats):
 
     crawler: Crawler
 
+    def __init__(self, stats: StatsCollector, interval: float = 60.0) -> None:
+        super().__init__(stats, interval)
+        #: ``CLUSTER_LOGSTATS_ENABLED``: the cluster's figures after this worker's.
+        self.cluster = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: The cluster's page total of the last line, where its rate starts (None: no line yet).
+        self._cluster_prev: int | None = None
+        #: The frontier the lines read, made for the crawler's shared client at the first line.
+        self._frontier: Frontier | None = None
+
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         o = super().from_crawler(crawler)
         o.crawler = crawler
-        o._tasks = set()
-        o._cluster_prev = None
-        o._frontier = None
         o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED", bool)
         return o
 

@@ -1,8 +1,9 @@
 """The Prometheus metrics a worker exposes (prometheus-client), defined once.
 
 :data:`METRIC_NAMES` lists the exposed family names, the ones to use in PromQL and dashboards
-(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics` builds them all in a registry of
-their own, one per crawler, so that two crawlers in one process never clash; the extension
+(a histogram family ``X`` is scraped as ``X_bucket``, ``X_sum`` and ``X_count``). :class:`Metrics`
+builds them all in a registry of their own, one per crawler, so that two crawlers in one process
+never clash; the extension
 ``scrapy_frontier.observability.extension.Observability`` fills them and serves them over HTTP
 (:mod:`scrapy_frontier.observability.server`).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -119,7 +121,7 @@ class Metrics:
         disable_created_metrics()
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         for spec in METRICS:
-            kwargs = {"buckets": LATENCY_BUCKETS} if spec.kind is Histogram else {}
+            kwargs: dict[str, Any] = {"buckets": LATENCY_BUCKETS} if spec.kind is Histogram else {}
             metric = spec.kind(spec.name, spec.help, spec.labels, registry=self.registry, **kwargs)
             setattr(self, attribute_name(spec.name), metric)
 

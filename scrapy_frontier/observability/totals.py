@@ -22,8 +22,11 @@ from scrapy_frontier.connection import client_failure, describe_error
 from scrapy_frontier.frontier import Frontier
 from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
+from scrapy_frontier.status import Status
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from redis.asyncio import Redis
 
     from scrapy_frontier.keys import Keys
@@ -99,7 +102,7 @@ class ClusterTotals:
         self._pushed: dict[str, int] = {}
         self._failing = False
         self._answered = False
-        #: Set when the crawl closes: a failed refresh is no longer reported (a failed final one is).
+        #: Set when the crawl closes: from then on a failed refresh is not reported (a failed final one is).
         self.quiet = False
         self._set_if_exists = source("hash_set_if_exists")
         self.health = health or RedisHealth()
@@ -132,9 +135,12 @@ class ClusterTotals:
                 if address:
                     # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
                     pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)
-            reads = [pipe.execute(raise_on_error=False)] + ([] if final else [self.frontier.status(deep=True)])
-            results, *status = await asyncio.gather(*reads, return_exceptions=True)
-        error = next((r for r in (results, *status) if isinstance(r, BaseException)), None)
+            calls: list[Awaitable[Any]] = [pipe.execute(raise_on_error=False)]
+            if not final:
+                calls.append(self.frontier.status(deep=True))
+            answers = await asyncio.gather(*calls, return_exceptions=True)
+        results: list[Any] | BaseException = answers[0]
+        error = next((r for r in answers if isinstance(r, BaseException)), None)
         if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS) and not client_failure(error):
             raise error
         if not isinstance(results, BaseException):
@@ -160,9 +166,13 @@ class ClusterTotals:
             logger.info("Metrics: Redis answers again")
         if final:
             return None
+        status = answers[1]
+        assert isinstance(status, Status) and not isinstance(results, BaseException)  # errors returned above
         n = len(shards)
-        reads = [None if isinstance(v, Exception) else v for v in results[len(deltas) : len(deltas) + 2 * n + 2]]
-        leases = None if None in reads[:n] else sum(reads[:n])
+        reads: list[int | None] = [
+            None if isinstance(v, Exception) else v for v in results[len(deltas) : len(deltas) + 2 * n + 2]
+        ]
+        leases = None if None in reads[:n] else sum(v or 0 for v in reads[:n])
         start_invalid, items_invalid = reads[n : n + 2]
-        limited = None if None in reads[n + 2 :] else sum(reads[n + 2 :])
-        return Gauges(status[0].depth, status[0].failed, leases, start_invalid, items_invalid, limited)
+        limited = None if None in reads[n + 2 :] else sum(v or 0 for v in reads[n + 2 :])
+        return Gauges(status.depth, status.failed, leases, start_invalid, items_invalid, limited)

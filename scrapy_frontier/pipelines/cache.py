@@ -1,6 +1,7 @@
 """Redis write-through cache of items, keyed by their unique key (an item without a schema: by its
 document key): by default only what the unchanged skip needs (a marker of the content last
-committed, about 25 bytes an item), with ``REDIS_CACHE_ITEMS`` the latest version of every item."""
+committed; docs/sizing.md gives its size), with ``REDIS_CACHE_ITEMS`` the latest version of every
+item."""
 
 from __future__ import annotations
 
@@ -93,16 +94,16 @@ class RedisCachePipeline:
     """By default (``REDIS_CACHE_ITEMS`` off), the lean cache: of each item only a marker of the
     content last committed to the database, 8 bytes in a field of 10 bytes of one of
     ``REDIS_CACHE_CAPACITY / 64`` bucket hashes ``<spider>:items:cache:@<n>`` (Redis keeps them
-    in its compact listpack encoding up to 128 fields, about 25 bytes an item; a bucket expires
-    ``REDIS_CACHE_TTL`` seconds after its last write): one read per batch (stat
-    ``cache/checked``), one write per batch committed. The unchanged skip below works the same.
+    in its compact listpack encoding up to 128 fields; a bucket expires ``REDIS_CACHE_TTL``
+    seconds after its last write): one read per batch (stat ``cache/checked``), one write per
+    batch committed. The unchanged skip below works the same.
 
-    With ``REDIS_CACHE_ITEMS``, write every item to ``<spider>:items:cache:<sha1(unique key)>`` (an item without a schema:
-    ``<sha1(item type NUL document key hash)>``, see :class:`~scrapy_frontier.schema.Document`),
-    a hash of ``content_hash`` and ``item`` (JSON) that expires after ``REDIS_CACHE_TTL``
-    seconds; with ``REDIS_ITEMS_LIST`` also append it to ``<spider>:items`` (scrapy-redis's
-    RedisPipeline). The content hash is the item's ``content_hash`` field when its schema has
-    one, else the SHA-1 of its canonical JSON.
+    With ``REDIS_CACHE_ITEMS``, write every item to ``<spider>:items:cache:<sha1(unique key)>``
+    (an item without a schema: ``<sha1(item type NUL document key hash)>``, see
+    :class:`~scrapy_frontier.schema.Document`), a hash of ``content_hash`` and ``item`` (JSON)
+    that expires after ``REDIS_CACHE_TTL`` seconds; with ``REDIS_ITEMS_LIST`` also append it to
+    ``<spider>:items`` (scrapy-redis's RedisPipeline). The content hash is the item's
+    ``content_hash`` field when its schema has one, else the SHA-1 of its canonical JSON.
 
     Writes are batched: items arriving within :data:`BATCH_WINDOW` seconds of each other (or
     while the previous write is in flight) go to Redis in one script call of at most
@@ -114,9 +115,10 @@ class RedisCachePipeline:
     committed to the same database (``stored_hash`` = ``<store_id>:<content hash>``, set on the
     ``items_stored`` signal, in one round trip per batch), the write's answer says so:
     ``item_unchanged`` is sent and the database write is skipped (stat ``cache/unchanged``): an
-    item is never skipped because of a cache entry whose write did not reach the database. Needs ``REDIS_URL``; a Redis error never drops the item
-    (stat ``cache/errors``, one per item not cached); an outage or a Redis out of memory is
-    reported once for the worker (:mod:`scrapy_frontier.redis_health`).
+    item is never skipped because of a cache entry whose write did not reach the database. Needs
+    ``REDIS_URL``; a Redis error never drops the item (stat ``cache/errors``, one per item not
+    cached); an outage or a Redis out of memory is reported once for the worker
+    (:mod:`scrapy_frontier.redis_health`).
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -165,6 +167,7 @@ class RedisCachePipeline:
         pipeline keeps it aside)."""
         schema = schema_of(item)
         values = item_values(item)
+        unique: Any  # the unique key's value: any type, hashed as its str()
         if schema is None:
             try:
                 document = document_of(item, self.document_key)
@@ -211,7 +214,8 @@ class RedisCachePipeline:
             if not self._marks_failing:
                 self._marks_failing = True
                 logger.warning(
-                    "Could not mark items as stored in the Redis cache (%s); they will be written again next time, until Redis answers",
+                    "Could not mark items as stored in the Redis cache (%s); they will be written again next time, "
+                    "until Redis answers",
                     describe_error(exc),
                 )
         else:
@@ -262,13 +266,15 @@ class RedisCachePipeline:
         """Write ``batch`` (lean: read its markers): one script call, or, in a sharded crawl,
         one per shard the keys fall in (concurrently) and the items list apart. Returns each
         item's stored hash (lean: marker), in order."""
+        put, client = self._put, self.redis
+        assert put is not None and client is not None  # process_item queues nothing without them
         if not self.keys.shards and self.keep_items:
             keys = [self.keys.items]
             args: list[Any] = [self.ttl, "1" if self.push_list else "0"]
             for key, _, content_hash, data, _ in batch:
                 keys.append(key)
                 args += (content_hash, data)
-            return list(await self._put(keys=keys, args=args))
+            return list(await put(keys=keys, args=args))
         groups: dict[str, list[int]] = {}
         for i, (key, *_) in enumerate(batch):
             groups.setdefault((hash_tag(key) or "") if self.keys.shards else "", []).append(i)
@@ -284,9 +290,9 @@ class RedisCachePipeline:
             else:
                 keys = [batch[i][0] for i in indexes]
                 args = [batch[i][1] for i in indexes]
-            calls.append(self._put(keys=keys, args=args))
+            calls.append(put(keys=keys, args=args))
         if self.push_list:
-            await self.redis.rpush(self.keys.items, *(data for _, _, _, data, _ in batch))
+            await client.rpush(self.keys.items, *(data for _, _, _, data, _ in batch))
         olds: list[Any] = [None] * len(batch)
         for indexes, replies in zip(groups.values(), await asyncio.gather(*calls)):
             for i, old in zip(indexes, replies):

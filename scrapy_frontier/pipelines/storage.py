@@ -61,6 +61,7 @@ from scrapy_frontier.storage.replay import replay_pending
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
+    import redis
     from scrapy.crawler import Crawler
 
     from scrapy_frontier.schema import Schema
@@ -115,7 +116,8 @@ class StoragePipeline:
         self._lock = asyncio.Lock()
         self._tables: set[str] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage")
-        self._sync_redis = None
+        #: A blocking client for the replays of ``<spider>:items:pending`` (distributed mode, from open).
+        self._sync_redis: redis.Redis | None = None
         self._replay_wanted = False
         self._next_replay = 0.0
         crawler.signals.connect(self._on_unchanged, item_unchanged)
@@ -227,15 +229,14 @@ class StoragePipeline:
             SchemaError
         ) as exc:  # a class STORAGE_ITEM_TYPES does not declare (the validation pipeline drops it first)
             raise ItemRefused(f"invalid field {exc.field!r} (schema): {exc}", "schema", exc.field) from None
+        is_document = schema is None
+        if schema is None:
+            schema = DOCUMENTS
         try:
             # Built here rather than when the batch is written, so that it overlaps the database's
             # work on the batch before (the storage thread waits on the socket meanwhile); the
             # literal is pymysql's escaping of the row (only reads the connection's settings).
-            if schema is None:
-                schema = DOCUMENTS
-                row = self._document_row(item)
-            else:
-                row = to_row(item, schema)
+            row = self._document_row(item) if is_document else to_row(item, schema)
             literal = self.backend.literal(row)
         except Exception as exc:  # a row that cannot be built is kept, as a failed batch would be
             logger.exception(
@@ -272,7 +273,7 @@ class StoragePipeline:
                 DOCUMENTS.table,
                 keyed,
             )
-        return document.row(self.crawler.spider.name)
+        return document.row(self.keys.spider)
 
     def _kick(self) -> None:
         """Have the waiting items flushed as soon as the writer is free (at most one flush task
@@ -351,9 +352,9 @@ class StoragePipeline:
                     )
                     self.stats.inc_value("storage/refused")
                     bad.append(item_record(item, reason="storage_refused", detail=reason))
-                    if not done.done():
+                    if done is not None and not done.done():
                         done.set_exception(ItemRefused(f"the database refused it: {reason}", "storage_refused"))
-                elif not done.done():
+                elif done is not None and not done.done():
                     done.set_result(None)
             if stored:
                 self.stats.inc_value(f"storage/written/{schema.table}", len(stored))

@@ -56,6 +56,7 @@ class ValidationPipeline:
 
     async def open_spider(self) -> None:
         spider = self.crawler.spider
+        assert spider is not None  # called with the spider open
         self.key = Keys.for_spider(self.crawler.settings, spider.name).items_invalid
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))

@@ -127,9 +127,9 @@ class LeaseBook:
     def scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
         """Scrapy is done with ``request``'s response or failure ``result``: acknowledge its lease,
         and keep a dead letter when it failed for good. Returns ``passthrough`` (a Deferred callback)."""
-        field = request.meta.get(LEASE_META)
+        field: bytes | None = request.meta.get(LEASE_META)
         lease = self._leases.pop(field, None) if field is not None else None
-        if lease is None:
+        if field is None or lease is None:
             return passthrough
         failed = request.meta.get(FAILED_META)
         if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):

@@ -15,7 +15,7 @@ that makes no request is refused: logged, counted in ``start_urls/refused/<reaso
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def redis_spider_hook(spider: Spider) -> Any | None:
+def redis_spider_hook(spider: Spider) -> Callable[[bytes], Any] | None:
     """The ``make_request_from_data`` a scrapy-redis spider's own class defines, or ``None`` when
     the spider is not a scrapy-redis spider or keeps scrapy-redis's default (then payloads are
     read by :func:`parse_start_payload`, which checks them and accepts scrapy-redis's JSON form)."""
@@ -40,7 +40,7 @@ def redis_spider_hook(spider: Spider) -> Any | None:
         return None
     if (getattr(method, "__module__", "") or "").startswith("scrapy_redis."):
         return None
-    return spider.make_request_from_data
+    return getattr(spider, "make_request_from_data")  # noqa: B009 (scrapy-redis's, not a Spider attribute)
 
 
 class StartUrlIntake:
@@ -56,7 +56,7 @@ class StartUrlIntake:
     def requests(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
         """The requests of one payload, and its dead-letter record when it was refused."""
         if self.hook is not None:
-            return self._from_hook(raw)
+            return self._from_hook(self.hook, raw)
         try:
             request, unknown = parse_start_payload(raw, self.spider, self.max_bytes)
         except RequestRefused as exc:  # any failure, as bad_payload: one never stops the batch
@@ -68,7 +68,7 @@ class StartUrlIntake:
             self.stats.inc_value("start_urls/unknown_keys")
         return [request], None
 
-    def _from_hook(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
+    def _from_hook(self, hook: Callable[[bytes], Any], raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
         if len(raw) > self.max_bytes:
             return [], self.refuse(
                 raw,
@@ -77,7 +77,7 @@ class StartUrlIntake:
                 ),
             )
         try:
-            made = self.hook(raw)
+            made = hook(raw)
             requests = (
                 [made]
                 if isinstance(made, Request)
@@ -101,7 +101,8 @@ class StartUrlIntake:
                 raw,
                 RequestRefused(
                     "make_request_from_data",
-                    f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a Request",
+                    f"{type(self.spider).__name__}.make_request_from_data returned {type(bad[0]).__name__}, not a "
+                    "Request",
                 ),
             )
         if not requests:

@@ -229,7 +229,8 @@ class MySQLBackend:
         if conn is None:
             return None
         escape = conn.escape
-        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        # types-PyMySQL lacks server_status, which pymysql sets on every OK packet
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES  # type: ignore[attr-defined]
         if mode:
             return mode, "(" + ",".join(["NULL" if v is None else escape(v) for v in row]) + ")"
         return mode, "(" + ",".join(
@@ -257,7 +258,8 @@ class MySQLBackend:
         """
         conn = self.conn
         assert conn is not None
-        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
+        # types-PyMySQL lacks server_status, which pymysql sets on every OK packet
+        mode = conn.server_status & SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES  # type: ignore[attr-defined]
         values: list[str] = []
         size = 0
         for i, row in enumerate(rows):
@@ -373,7 +375,8 @@ class SQLiteBackend:
         marks = ", ".join(["?"] * len(schema.columns))
         updates = ", ".join(f"{c} = excluded.{c}" for c in schema.columns if c not in schema.unique_columns)
         sql = (
-            f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({', '.join(schema.unique_columns)}) DO UPDATE SET {updates},"
+            f"INSERT INTO {schema.table} ({cols}) VALUES ({marks}) ON CONFLICT({', '.join(schema.unique_columns)}) "
+            f"DO UPDATE SET {updates},"
             " updated_at = strftime('%Y-%m-%d %H:%M:%f', 'now')"
         )
         for attempt in (1, 2):

@@ -81,7 +81,8 @@ def declared_item_types(settings: BaseSettings) -> dict[str, type]:
             other = tables.setdefault(schema.table, cls)
             if other is not cls and schema_of(other) != schema:
                 raise ConfigError(
-                    f"STORAGE_ITEM_TYPES: {type_name(other)} and {type_name(cls)} both declare table {schema.table!r} with different schemas"
+                    f"STORAGE_ITEM_TYPES: {type_name(other)} and {type_name(cls)} both declare table "
+                    f"{schema.table!r} with different schemas"
                 )
             types[type_name(cls)] = cls
     return types

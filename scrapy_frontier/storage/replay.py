@@ -62,7 +62,8 @@ def rebuild(
     cls = types.get(name) if isinstance(name, str) else None
     if cls is None:
         raise Refused(
-            f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, then push the record back to the pending list"
+            f"item class {name!r:.200} is not a declared item type: name it (or its module) in STORAGE_ITEM_TYPES, "
+            "then push the record back to the pending list"
         )
     item = cls(**values)
     validate(item)
