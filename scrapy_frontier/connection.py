@@ -246,6 +246,12 @@ def sync_redis(settings: BaseSettings) -> redis.Redis:
     return _client(settings, False)
 
 
+def text(value: bytes | str) -> str:
+    """A Redis reply as text: the clients here return bytes (UTF-8), which redis-py's types
+    cannot tell from ``str``."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` is a Redis Cluster client (sync or asyncio)."""
     return isinstance(client, (redis.RedisCluster, redis.asyncio.RedisCluster))

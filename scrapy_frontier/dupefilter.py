@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_frontier.connection import text
 from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
@@ -286,7 +287,7 @@ async def record_shards(redis: AsyncRedis, keys: Keys, wanted: int) -> int:
             legacy = any(await pipe.execute())
         await redis.hsetnx(keys.dupefilter_meta, "shards", 0 if legacy else wanted)
         stored = await redis.hget(keys.dupefilter_meta, "shards")
-    return int(stored)
+    return int(text(stored or b"0"))
 
 
 class Dupefilter:
@@ -328,7 +329,7 @@ def stored_layout(sync: Redis, keys: Keys) -> str | None:
     """The layout recorded for a crawl's dupefilter, or guessed from the key types; None if empty."""
     layout = sync.hget(keys.dupefilter_meta, "layout")
     if layout:
-        return layout.decode()
+        return text(layout)
     kind = sync.type(keys.dupefilter)
     if kind in _LAYOUT_OF_TYPE:
         return _LAYOUT_OF_TYPE[kind]

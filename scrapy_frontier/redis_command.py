@@ -61,12 +61,6 @@ def write_out(text: str) -> None:
         raise OutputFailed(exc.strerror or str(exc)) from None
 
 
-def text(value: bytes | str) -> str:
-    """A Redis reply as text: the clients here return bytes (UTF-8), which redis-py's types
-    cannot tell from ``str``."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def recorded_shards(client: Any, keys: Keys) -> int:
     """The crawl's recorded shard count; for a crawl not started yet, what its first worker will
     record: none on a single Redis, :data:`~scrapy_frontier.dupefilter.CLUSTER_SHARDS` on a

@@ -15,6 +15,7 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.connection import text
 from scrapy_frontier.defaults import START_URLS_MAX_BYTES
 from scrapy_frontier.dupefilter import (
     DedupConfig,
@@ -25,7 +26,7 @@ from scrapy_frontier.dupefilter import (
     stored_layout,
 )
 from scrapy_frontier.keys import queue_host
-from scrapy_frontier.redis_command import RedisCommand, text
+from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 

@@ -20,9 +20,10 @@ from scrapy_frontier.connection import (
     describe_error,
     redact_url,
     sync_redis,
+    text,
 )
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
-from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, text, write_out
+from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
 from scrapy_frontier.scripts import source
 from scrapy_frontier.status import read_status
 from scrapy_frontier.wording import plural

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import redis.exceptions
 
 from scrapy_frontier.config import fail_at_open, failed_at_open
-from scrapy_frontier.connection import ConfigError, describe_error, detect_cluster, is_cluster, redact_url, sync_redis
+from scrapy_frontier.connection import (
+    ConfigError,
+    describe_error,
+    detect_cluster,
+    is_cluster,
+    redact_url,
+    sync_redis,
+    text,
+)
 from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
@@ -78,7 +86,7 @@ async def join(
     try:
         client = await detect_cluster(crawler)
         await client.ping()
-        found = _text(await client.type(keys.start_urls))
+        found = text(await client.type(keys.start_urls))
     except ConfigError as exc:
         fail_at_open(crawler, "%s", exc)
         return None
@@ -105,7 +113,7 @@ async def join(
         claimed = await claim_dupefilter(client, keys, config.dedup, crawler.request_fingerprinter)
         shards = await record_shards(client, keys, shards_for(config, client))
         # the layout the crawl recorded: a scrapy-redis set kept, the packed buckets' count
-        meta = {_text(k): _text(v) for k, v in (await client.hgetall(keys.dupefilter_meta)).items()}
+        meta = {text(k): text(v) for k, v in (await client.hgetall(keys.dupefilter_meta)).items()}
     except DupefilterMismatch as exc:
         fail_at_open(crawler, "%s", exc)
         return None
@@ -185,11 +193,6 @@ async def join(
     logger.info("Joined the crawl %r on %s%s as node %s", keys.crawl, redact_url(url), layout, node_id)
     dead = DeadLetters(client, config.dead_letter_dir)
     return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen))
-
-
-def _text(reply: bytes | str) -> str:
-    """A reply of a client made without ``decode_responses`` (redis-py types it ``bytes | str``)."""
-    return reply.decode() if isinstance(reply, bytes) else reply
 
 
 def shards_for(config: SchedulerConfig, client: Any) -> int:
