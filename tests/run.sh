@@ -65,6 +65,9 @@ if ! .venv/bin/python -m pip install -q --disable-pip-version-check -r requireme
 fi
 # Lint first (rules in pyproject.toml): a failure stops the run with the file and line.
 .venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet .
+# Types: the package ships py.typed (pyproject.toml [tool.mypy]).
+.venv/bin/mypy
 # Three test processes (pytest-xdist; each its own Redis database, see tests/conftest.py): most tests
 # wait on crawls and servers, so three share two cores well. TEST_WORKERS=0 runs them in this process.
 # worksteal: a process that is done takes tests queued for another, so the crawls of minutes do
