@@ -382,8 +382,7 @@ class Keys:
           the rate.
 
         The hash exists only for a host with a rate or a slow-down; the requests of a host in
-        flight are counted in the shard's :attr:`Shard.inflight` hash (an ``inflight`` field
-        here was written by versions before 2026-12-03, and is no longer read)."""
+        flight are counted in the shard's :attr:`Shard.inflight` hash."""
         return f"{self.crawl}:politeness:"
 
     @property
