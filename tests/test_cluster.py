@@ -15,7 +15,7 @@ from scrapy.settings import Settings
 from scrapy_frontier.connection import sync_redis
 from scrapy_frontier.frontier import Entry, Frontier, read_status, reclaim_dead
 from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
-from tests.conftest import DOCS, HttpServer
+from tests.servers import DOCS, HttpServer
 
 SHARDS = 16
 
