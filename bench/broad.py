@@ -1,7 +1,7 @@
 """A broad crawl: many hosts, a cap on the requests in flight per host, plain Scrapy against this
 project's frontier with one and two workers.
 
-    python bench/broad.py [--hosts 300] [--pages 40] [--cap 2] [--rounds 3]
+    python -m bench.broad [--hosts 300] [--pages 40] [--cap 2] [--rounds 3]
 
 Generates a static site of HOSTS hosts (127.1.0.1 and on) with PAGES pages each (about 3 KB and
 11 links: the next page of its own host, page 0 of the next host, and 9 random pages of random
@@ -23,17 +23,13 @@ import random
 import shutil
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import speed  # noqa: E402
-from bench.speed import OUT  # noqa: E402
-from tests.loopback import free_port, wait_port  # noqa: E402
+from bench import speed
+from bench.speed import OUT
+from tests.loopback import free_port, wait_port
+from tests.servers import RedisServer
 
 #: (name, mode, workers), the first the baseline of the ratios.
 KINDS = (
@@ -66,7 +62,8 @@ def make_site(hosts: int, pages: int, port: int) -> Path:
             ]
             body = "".join(f'<a href="http://{host(h)}:{port}/p{k}.html">page {k} of host {h}</a> ' for h, k in links)
             (d / f"p{n}.html").write_text(
-                f"<html><head><title>Host {i} page {n}</title></head><body><h1>Host {i} page {n}</h1><p>{filler}</p>{body}</body></html>"
+                f"<html><head><title>Host {i} page {n}</title></head><body><h1>Host {i} page "
+                f"{n}</h1><p>{filler}</p>{body}</body></html>"
             )
     return site
 
@@ -126,7 +123,7 @@ def run(
     site = make_site(hosts, pages, port)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in KINDS}
     with BroadNginx(site, hosts, port) as server:
-        throwaway = None if redis_url else speed.RedisServer()
+        throwaway = None if redis_url else RedisServer()
         url = redis_url or throwaway.url
         try:
             for _ in range(rounds):
@@ -137,7 +134,8 @@ def run(
                     runs[name].append(r)
                     extra = f", Redis {r['redis_cpu_us_per_page']} µs/page" if "redis_cpu_us_per_page" in r else ""
                     print(
-                        f"broad {name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s{extra} (load {r['load_before']} -> {r['load_after']})",
+                        f"broad {name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s{extra} "
+                        f"(load {r['load_before']} -> {r['load_after']})",
                         flush=True,
                     )
             if profile:
@@ -159,7 +157,7 @@ def run(
                 )
         finally:
             if throwaway:
-                throwaway.__exit__()
+                throwaway.stop()
     median = {}
     for name, kind in runs.items():
         ordered = sorted(kind, key=lambda r: r["pages_per_s"] or 0)

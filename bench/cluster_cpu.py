@@ -1,8 +1,8 @@
 """Redis CPU per crawled page and pages/s: a single Redis against a 3-master Redis Cluster, and
 the cost of waiting for replicas (``FRONTIER_WAIT_REPLICAS``).
 
-    .venv/bin/python -m bench.cluster_cpu            # the python docs: one host, 526 pages
-    .venv/bin/python -m bench.cluster_cpu --broad    # 40 hosts x 30 pages (bench/broad_site.py)
+    python -m bench.cluster_cpu            # the python docs: one host, 526 pages
+    python -m bench.cluster_cpu --broad    # 40 hosts x 30 pages (bench/broad_site.py)
 
 Each run has servers of its own and item pipelines off. Redis CPU per page is the sum over the
 masters of ``used_cpu_user + used_cpu_sys`` (``INFO cpu``) from the start URL to the last
@@ -25,8 +25,8 @@ from pathlib import Path
 import redis
 
 from bench.speed import PIPELINES_OFF
-from tests.conftest import DOCS, HttpServer, RedisCluster, RedisServer
 from tests.loopback import free_port, wait_port
+from tests.servers import DOCS, HttpServer, RedisCluster, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {

@@ -6,7 +6,7 @@ Starts its own redis-server on a free loopback port (nothing touches the shared 
 distinct SHA-1 fingerprints in batches of 1,000, reads ``used_memory`` before and after, then
 asks for Q fresh fingerprints and counts those the filter wrongly reports as seen.
 
-    python bench/dedup_memory.py [--urls 10000000] [--queries 1000000] [--error-rate 1e-6]
+    python -m bench.dedup_memory [--urls 10000000] [--queries 1000000] [--error-rate 1e-6]
 
 Prints a table and writes bench/out/dedup.json.
 """
@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import json
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,11 +26,7 @@ from scrapy.settings import Settings
 
 from scrapy_frontier.dupefilter import DedupConfig, Dupefilter, bloom_size
 from scrapy_frontier.keys import Keys
-
-ROOT_DIR = Path(__file__).resolve().parent.parent
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
-from tests.loopback import free_port  # noqa: E402
+from tests.loopback import free_port
 
 OUT = Path(__file__).resolve().parent / "out"
 BATCH = 1000
@@ -136,7 +131,8 @@ def main() -> None:
     for name in ("packed", "set", "bloom"):
         r = results[name]
         print(
-            f"{name:<8}{r['urls']:>12,}{r['bytes_per_url']:>11}{r['microseconds_per_url']:>8}{r['false_positives']:>10} of {r['fresh_queries']:,}"
+            f"{name:<8}{r['urls']:>12,}{r['bytes_per_url']:>11}{r['microseconds_per_url']:>8}"
+            f"{r['false_positives']:>10} of {r['fresh_queries']:,}"
         )
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "dedup.json").write_text(json.dumps(results, indent=2) + "\n")

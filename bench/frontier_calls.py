@@ -1,8 +1,8 @@
 """Redis's CPU per page of the frontier's own calls, without Scrapy or HTTP: a quick, steady
 measure of what a change to the Lua scripts costs or saves.
 
-    python bench/frontier_calls.py [--hosts 300] [--pages 40] [--cap 2] [--workers 2] [--rounds 3]
-    python bench/frontier_calls.py --hosts 1 --pages 20000 --cap 0      # the single-host site
+    python -m bench.frontier_calls [--hosts 300] [--pages 40] [--cap 2] [--workers 2] [--rounds 3]
+    python -m bench.frontier_calls --hosts 1 --pages 20000 --cap 0      # the single-host site
 
 Crawls the link graph of bench/broad.py's site (``--hosts 1``: bench/speed.py's, 11 links a page)
 with ``--workers`` frontiers of one process taking turns: each leases up to ``--prefetch``
@@ -14,11 +14,11 @@ Prints, per round, Redis CPU µs per page (``INFO cpu``, user + sys, net of Redi
 and the scripts' execution µs per page (``INFO commandstats``: EVALSHA's), then the medians;
 ``--profile`` adds one run with every command logged, for each script's share.
 
-Both are times, and this machine's speed varies by up to 2x from one minute to the next (seen
-here: the same run 15 and 25 µs a page). ``--callgrind`` runs the throwaway ``redis-server``
-under valgrind's callgrind instead and prints the instructions Redis executed per page (user
-space: the scripts, the commands, the protocol; not the kernel's network work): the same figure
-every time for the same code, the measure to compare two versions of a script with.
+Both are times, which move with the machine's speed from one minute to the next. ``--callgrind``
+runs the throwaway ``redis-server`` under valgrind's callgrind instead and prints the
+instructions Redis executed per page (user space: the scripts, the commands, the protocol; not
+the kernel's network work): the same figure every time for the same code, the measure to
+compare two versions of a script with.
 """
 
 from __future__ import annotations
@@ -29,24 +29,18 @@ import hashlib
 import json
 import random
 import statistics
-import sys
 from collections import deque
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import redis.asyncio as aioredis
+from scrapy.settings import Settings
 
-import redis.asyncio as aioredis  # noqa: E402
-from scrapy.settings import Settings  # noqa: E402
-
-from bench.redis_cpu import CallgrindRedis, RedisCpu  # noqa: E402
-from bench.speed import RedisServer  # noqa: E402
-from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64  # noqa: E402
-from scrapy_frontier.frontier import Entry, Frontier  # noqa: E402
-from scrapy_frontier.keys import Keys  # noqa: E402
-from scrapy_frontier.scheduler import SEEN_FEED_ENTRIES  # noqa: E402
+from bench.redis_cpu import CallgrindRedis, RedisCpu
+from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64
+from scrapy_frontier.frontier import Entry, Frontier
+from scrapy_frontier.keys import Keys
+from scrapy_frontier.scheduler import SEEN_FEED_ENTRIES
+from tests.servers import RedisServer
 
 PORT = 8080
 
@@ -200,11 +194,13 @@ def main() -> None:
             fig = run_once(url, args)
             runs.append(fig)
             print(
-                f"round {r + 1}: {fig['pages']} pages, Redis CPU {fig['redis_cpu_us_per_page_net']} µs/page net ({fig['redis_cpu_us_per_page']} raw), EVALSHA {fig['evalsha_us_per_page']} µs/page",
+                f"round {r + 1}: {fig['pages']} pages, Redis CPU {fig['redis_cpu_us_per_page_net']} µs/page net "
+                f"({fig['redis_cpu_us_per_page']} raw), EVALSHA {fig['evalsha_us_per_page']} µs/page",
                 flush=True,
             )
         print(
-            f"median of {len(runs)}: Redis CPU {statistics.median(f['redis_cpu_us_per_page_net'] for f in runs)} µs/page net, "
+            f"median of {len(runs)}: Redis CPU {statistics.median(f['redis_cpu_us_per_page_net'] for f in runs)} "
+            "µs/page net, "
             f"EVALSHA {statistics.median(f['evalsha_us_per_page'] for f in runs)} µs/page"
         )
         for name, st in runs[-1]["commandstats"].items():
@@ -214,11 +210,12 @@ def main() -> None:
             print("profiled run (every command logged):")
             for name, st in fig["profile"].items():
                 print(
-                    f"  {name:<26} {st['calls_per_page']:>7} calls/page {st['us_per_call']:>9} µs/call {st['us_per_page']:>7} µs/page {st['share']:.0%}"
+                    f"  {name:<26} {st['calls_per_page']:>7} calls/page {st['us_per_call']:>9} µs/call "
+                    f"{st['us_per_page']:>7} µs/page {st['share']:.0%}"
                 )
     finally:
         if server:
-            server.__exit__(None, None, None)
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ tests/flaky_server.py: first the fast host alone, then the fast host together wi
 limited to 1 request/s (``DOMAIN_RATE_LIMITS``). Prints the fast host's pages/s in both runs and
 their ratio (target: at least 0.90), and writes them to bench/out/head_of_line.json.
 
-    python bench/head_of_line.py [--redis redis://127.0.0.1:6379/12] [--pages 400]
+    python -m bench.head_of_line [--redis redis://127.0.0.1:6379/12] [--pages 400]
 
 It uses the given Redis database and deletes the keys ``site:*`` there before each run.
 """
@@ -23,10 +23,7 @@ from pathlib import Path
 
 import redis
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
-from tests.loopback import free_port  # noqa: E402
+from tests.loopback import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,6 @@
 """Redis bytes per cached item: ``MEMORY USAGE`` of the item cache's keys divided by the items.
 
-    PYTHONPATH=. .venv/bin/python bench/item_cache.py [--items 100000] [--text-bytes 3000]
+    python -m bench.item_cache [--items 100000] [--text-bytes 3000]
 
 Starts a redis-server of its own and sends ``--items`` ``Page`` items (a page of
 ``--text-bytes`` of text, as a crawl of the docs yields) through the project's
@@ -24,10 +24,10 @@ import redis
 from scrapy import Spider
 from scrapy.utils.test import get_crawler
 
-from bench.speed import RedisServer
 from crawler.items import Page
 from scrapy_frontier.pipelines.cache import BATCH_MAX, RedisCachePipeline
 from scrapy_frontier.signals import items_stored
+from tests.servers import RedisServer
 
 
 def page(i: int, text_bytes: int) -> Page:

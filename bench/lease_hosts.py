@@ -1,7 +1,7 @@
 """Does the lease script's cost grow with the number of hosts queued? Redis time per lease call
 (``INFO commandstats``) with few and with a million hosts queued.
 
-    PYTHONPATH=. .venv/bin/python bench/lease_hosts.py [--hosts 1000 1000000] [--calls 2000]
+    python -m bench.lease_hosts [--hosts 1000 1000000] [--calls 2000]
 
 For each host count, on a redis-server of its own: queue one request on each of that many hosts
 (the frontier's push script, 1,000 a call), then make ``--calls`` lease calls of 32 requests
@@ -24,7 +24,7 @@ from scrapy.settings import Settings
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
-from tests.conftest import RedisServer
+from tests.servers import RedisServer
 
 
 def evalsha_usec(client: redis.Redis) -> tuple[int, int]:
@@ -61,7 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     for hosts in args.hosts:
         with tempfile.TemporaryDirectory() as tmp:
-            server = RedisServer(Path(tmp))  # a redis-server of its own (tests/conftest.py)
+            server = RedisServer(Path(tmp))  # a redis-server of its own
             try:
                 print(
                     json.dumps(

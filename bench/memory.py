@@ -15,7 +15,7 @@ frontier's size. Two ways to grow it:
   ``DEPTH_PRIORITY=1``, ``DEPTH_LIMIT=3``). Slower: every request is built, fingerprinted and
   serialized by the worker (a few hundred per second per core here).
 
-    python bench/memory.py [--requests 3000000] [--source push|links] [--fan 1000] [--hold 5]
+    python -m bench.memory [--requests 3000000] [--source push|links] [--fan 1000] [--hold 5]
 
 Prints the worker's RSS at the checkpoints; writes bench/out/memory.json. Stops the worker with
 SIGINT and deletes the throwaway Redis at the end.
@@ -29,30 +29,25 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import redis
 
-import redis  # noqa: E402
-
-from bench.speed import (  # noqa: E402
+from bench.speed import (
     COMMON,
     OUT,
     PIPELINES_OFF,
     Nginx,
-    RedisServer,
     loadavg,
     rss_kb,
     start_workers,
     wait_opened,
 )
+from tests.servers import RedisServer, queued_requests
 
 FILL_PAGE = "<html><head><title>Fill</title></head><body><p>A page without links.</p></body></html>"
 LOCATIONS = "location /fan/ { try_files /fan.html =404; } location /fill/ { try_files /fill.html =404; }"
@@ -73,8 +68,6 @@ def make_site(fan: int) -> Path:
 def frontier_size(client: redis.Redis) -> int:
     """Requests queued in the frontier: the sum of the per-host queues ``site:requests:<host>``
     listed in ``site:requests`` (see scrapy_frontier/keys.py)."""
-    from tests.conftest import queued_requests
-
     return queued_requests(client)
 
 
@@ -249,7 +242,8 @@ def print_table(result: dict[str, Any]) -> None:
     for m in result["checkpoints"]:
         print(f"{m['frontier']:>20,}{m['worker_rss_mb']:>17}{m['redis_used_mb']:>17}")
     print(
-        f"worker RSS from {result['checkpoints'][1]['frontier']:,} to {result['checkpoints'][-1]['frontier']:,} requests: {result['growth_mb']:+} MB"
+        f"worker RSS from {result['checkpoints'][1]['frontier']:,} to {result['checkpoints'][-1]['frontier']:,} "
+        f"requests: {result['growth_mb']:+} MB"
     )
 
 

@@ -1,7 +1,7 @@
 """Redis bytes per queued request: ``MEMORY USAGE`` of the frontier's queues (the hosts index and
 every host's queue) divided by the requests queued.
 
-    PYTHONPATH=. .venv/bin/python bench/queue_memory.py [--requests 1000000] [--hosts 1000]
+    python -m bench.queue_memory [--requests 1000000] [--hosts 1000]
 
 Starts a redis-server of its own, queues ``--requests`` requests spread over ``--hosts`` hosts
 through the frontier's push script (payloads as a crawl writes them: the URL of a page two or three
@@ -31,7 +31,7 @@ from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.serialize import request_to_json
-from tests.conftest import RedisServer
+from tests.servers import RedisServer
 
 BATCH = 1000
 
@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=1000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        server = RedisServer(Path(tmp))  # a redis-server of its own (tests/conftest.py)
+        server = RedisServer(Path(tmp))  # a redis-server of its own
         try:
             print(json.dumps(asyncio.run(fill(f"redis://127.0.0.1:{server.port}/0", args.requests, args.hosts))))
         finally:

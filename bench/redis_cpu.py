@@ -145,8 +145,8 @@ class CallgrindRedis:
     """A throwaway ``redis-server`` on a free loopback port, run by valgrind's callgrind, which
     counts the instructions it executes (user space: its commands, scripts and protocol, not the
     kernel's network work) only inside :meth:`instructions`. The count is the same run after run
-    for the same code and work, where a time on this machine varies by up to 2x; Redis runs about
-    20 times slower meanwhile. Needs valgrind (``apt-get install valgrind``)."""
+    for the same code and work, where a time moves with the machine's speed; Redis runs many
+    times slower meanwhile. Needs valgrind (``apt-get install valgrind``)."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="callgrind-redis-"))

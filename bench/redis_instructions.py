@@ -2,29 +2,23 @@
 bench/speed.py and the broad site of bench/broad.py, crawled by real ``scrapy crawl`` workers
 (1 and 2) whose Redis runs under valgrind's callgrind (:class:`bench.redis_cpu.CallgrindRedis`).
 
-    python bench/redis_instructions.py [--pages 20000] [--hosts 300] [--per-host 40] [--cap 2]
+    python -m bench.redis_instructions [--pages 20000] [--hosts 300] [--per-host 40] [--cap 2]
 
-The figure to compare two versions of the frontier with: a time per page (``INFO cpu``) moves by
-up to 2x on this machine from one run to the next, this count by well under 1 %. It leaves out
-the kernel's part of Redis's work (the network), about a fifth of its CPU in these crawls, and
-Redis runs about 20 times slower under callgrind, so the workers' batches are somewhat larger
-than in a crawl at full speed. Needs nginx and valgrind.
+The figure to compare two versions of the frontier with: a time per page (``INFO cpu``) moves
+with the machine's speed from one run to the next, this count hardly at all. It leaves out the
+kernel's part of Redis's work (the network), and Redis runs many times slower under callgrind,
+so the workers' batches are somewhat larger than in a crawl at full speed. Needs nginx and
+valgrind.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench import broad, speed  # noqa: E402
-from bench.redis_cpu import CallgrindRedis  # noqa: E402
-from tests.loopback import free_port  # noqa: E402
+from bench import broad, speed
+from bench.redis_cpu import CallgrindRedis
+from tests.loopback import free_port
 
 
 def count(

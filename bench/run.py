@@ -1,8 +1,8 @@
 """The speed-and-scale benchmark, end to end, in one command.
 
-    python3 bench/run.py [--pages 20000] [--items 100000] [--memory-requests 3000000]
-                         [--dedup-urls 10000000] [--cache-items 100000] [--only PART ...]
-                         [--skip PART ...]
+    python -m bench.run [--pages 20000] [--items 100000] [--memory-requests 3000000]
+                        [--dedup-urls 10000000] [--cache-items 100000] [--only PART ...]
+                        [--skip PART ...]
 
 Parts (in this order; ``--only``/``--skip`` take these names):
 
@@ -30,10 +30,12 @@ spends idle over the same seconds) and its costliest commands (bench/redis_cpu.p
 
 Redis: a throwaway ``redis-server`` on a free loopback port (or ``--redis URL``: its ``site:*``
 keys are deleted before each run). MySQL: ``--mysql`` (database created and dropped; its name
-must end in ``_bench``). Prints the results as a Markdown table (also bench/out/results.md),
-writes every figure with the machine's description to bench/out/results.json and draws
-bench/out/results.png (all three copied to bench/results/ for the README). Targets are printed, not
-asserted. Needs nginx, redis-server, a MariaDB/MySQL server and requirements-bench.txt.
+must end in ``_bench``). Prints the results as Markdown tables (also bench/out/results.md),
+writes every figure with the machine's description to bench/out/results.json, draws
+bench/out/results.png, and writes each part's figures, with the machine, to
+bench/results/<part>.json (committed: the figures of bench/README.md's tables). Targets are
+printed, not asserted. Needs nginx, redis-server, a MariaDB/MySQL server and
+requirements-bench.txt. Run from the repository root.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -50,12 +51,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from bench import memory, speed, storage
+from bench.speed import OUT, ROOT
+from tests.servers import RedisServer
 
-from bench import memory, speed, storage  # noqa: E402
-from bench.speed import OUT  # noqa: E402
+#: Where each part's latest figures are kept (bench/README.md's tables).
+KEPT = ROOT / "bench" / "results"
 
 PARTS = ("crawl", "storage", "mysql", "memory", "dedup", "queue", "cache", "broad")
 #: (name, mode, workers) of the crawl part; the first is the baseline of every ratio.
@@ -184,7 +185,8 @@ def run_crawls(args: argparse.Namespace, redis_url: str, results: dict[str, Any]
                         storage.drop_database(mysql_url)
                 runs[name].append(r)
                 print(
-                    f"{name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s (load {r['load_before']} -> {r['load_after']})",
+                    f"{name}: {r['pages']} pages in {r['seconds']} s = {r['pages_per_s']} pages/s (load "
+                    f"{r['load_before']} -> {r['load_after']})",
                     flush=True,
                 )
     for name, kind in runs.items():
@@ -194,21 +196,25 @@ def run_crawls(args: argparse.Namespace, redis_url: str, results: dict[str, Any]
 def run_dedup(args: argparse.Namespace, results: dict[str, Any]) -> None:
     if args.dedup_json:
         # The dedup part alone takes 15 to 25 minutes at 10 million URLs: reuse a run's figures.
-        results["dedup"] = {**json.loads(Path(args.dedup_json).read_text()), "from": str(args.dedup_json)}
+        data = json.loads(Path(args.dedup_json).read_text())
+        results["dedup"] = {**data.get("dedup", data), "from": str(args.dedup_json)}
         print(f"dedup: figures read from {args.dedup_json}", flush=True)
-        return
-    script = ROOT / "bench" / "dedup_memory.py"
-    if not script.exists():
-        print("dedup: bench/dedup_memory.py does not exist yet; skipped", flush=True)
         return
     out = OUT / "dedup.json"
     out.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, str(script), "--urls", str(args.dedup_urls), "--queries", str(args.dedup_queries)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.dedup_memory",
+        "--urls",
+        str(args.dedup_urls),
+        "--queries",
+        str(args.dedup_queries),
+    ]
     print("dedup:", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT)
     if proc.returncode != 0 or not out.exists():
-        print(f"dedup: bench/dedup_memory.py failed (status {proc.returncode}); skipped", flush=True)
+        print(f"dedup: bench.dedup_memory failed (status {proc.returncode}); skipped", flush=True)
         return
     results["dedup"] = json.loads(out.read_text())
 
@@ -216,12 +222,12 @@ def run_dedup(args: argparse.Namespace, results: dict[str, Any]) -> None:
 def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
     """bench/queue_memory.py in a process of its own, at QUEUE_REQUESTS over 1,000 hosts and over
     requests / 10 hosts (the per-host keys' share)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     results["queue"] = []
     for hosts in (1000, max(1, args.queue_requests // 10)):
         cmd = [
             sys.executable,
-            str(ROOT / "bench" / "queue_memory.py"),
+            "-m",
+            "bench.queue_memory",
             "--requests",
             str(args.queue_requests),
             "--hosts",
@@ -229,9 +235,9 @@ def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
         ]
         print("queue:", " ".join(cmd[1:]), flush=True)
         started = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode != 0:
-            print(f"queue: bench/queue_memory.py failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+            print(f"queue: bench.queue_memory failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         r["seconds"] = round(time.monotonic() - started, 1)
@@ -241,12 +247,11 @@ def run_queue(args: argparse.Namespace, results: dict[str, Any]) -> None:
 
 def run_cache(args: argparse.Namespace, results: dict[str, Any]) -> None:
     """bench/item_cache.py in a process of its own, at CACHE_ITEMS items."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, str(ROOT / "bench" / "item_cache.py"), "--items", str(args.cache_items)]
+    cmd = [sys.executable, "-m", "bench.item_cache", "--items", str(args.cache_items)]
     print("cache:", " ".join(cmd[1:]), flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
-        print(f"cache: bench/item_cache.py failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
+        print(f"cache: bench.item_cache failed (status {proc.returncode}): {proc.stderr[-2000:]}", flush=True)
         return
     results["cache"] = json.loads(proc.stdout.strip().splitlines()[-1])
     print("cache:", results["cache"], flush=True)
@@ -307,6 +312,55 @@ def verdicts(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _lean(value: Any) -> Any:
+    """``value`` without its ``commandstats`` (every command's count and time, at any depth)."""
+    if isinstance(value, dict):
+        return {k: _lean(v) for k, v in value.items() if k != "commandstats"}
+    if isinstance(value, list):
+        return [_lean(v) for v in value]
+    return value
+
+
+def keep_parts(results: dict[str, Any]) -> list[Path]:
+    """Write each part measured to ``bench/results/<part>.json``: the machine, the part's figures
+    and its verdicts, without ``commandstats``. Returns the files written."""
+    crawl_names = [name for name, _, _ in CRAWLS]
+    v = results["verdicts"]
+    parts: dict[str, dict[str, Any]] = {}
+    crawls = results["crawls"]
+    if any(name in crawls for name in crawl_names) and "crawl" in results["settings"]["parts"]:
+        parts["crawl"] = {
+            "crawls": {k: crawls[k] for k in crawl_names if k in crawls},
+            "verdicts": {k: v[k] for k in crawl_names if k in v},
+        }
+    if STORAGE_RUN in crawls:
+        names = ("this project, 1 worker", STORAGE_RUN)
+        parts["storage"] = {
+            "crawls": {k: crawls[k] for k in names if k in crawls},
+            "verdicts": {k: v[k] for k in (STORAGE_RUN,) if k in v},
+        }
+    for part, keys in (
+        ("mysql", ("mysql",)),
+        ("memory", ("memory",)),
+        ("dedup", ("packed", "bloom")),
+        ("queue", ("queue",)),
+        ("cache", ("cache",)),
+    ):
+        if results.get(part):
+            parts[part] = {part: results[part], "verdicts": {k: v[k] for k in keys if k in v}}
+    if "broad" in results:
+        parts["broad"] = {"broad": results["broad"], "verdicts": {k: x for k, x in v.items() if k.startswith("broad")}}
+    settings = {k: results["settings"][k] for k in ("pages", "repeat", "crawl_settings")}
+    KEPT.mkdir(exist_ok=True)
+    written = []
+    for part, figures in parts.items():
+        path = KEPT / f"{part}.json"
+        body = {"machine": results["machine"], "settings": settings, **_lean(figures)}
+        path.write_text(json.dumps(body, indent=1, default=str, ensure_ascii=False) + "\n")
+        written.append(path)
+    return written
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as the README's tables."""
     lines = []
@@ -315,7 +369,8 @@ def markdown(results: dict[str, Any]) -> str:
     base = crawls.get("plain Scrapy", {}).get("pages_per_s")
     if crawls:
         lines += [
-            "| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |",
+            "| run | pages | seconds | pages/s | ratio to plain Scrapy | worker CPU ms/page | Redis CPU µs/page (net "
+            "of idle) | target |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for name, r in crawls.items():
@@ -326,17 +381,20 @@ def markdown(results: dict[str, Any]) -> str:
                 shown = f"{t['value']:.1%} lost" if name == STORAGE_RUN else t["value"]
                 target = f"{t['target'].replace('0.05', '5%')}: {shown} {'met' if t['met'] else 'NOT met'}"
             lines.append(
-                f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
+                f"| {name} | {r['pages']} | {r['seconds']} | {r['pages_per_s']} | {ratio} | "
+                f"{r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
             )
         lines.append("")
     b = results.get("broad")
     if b:
         lines += [
-            f"Broad crawl: {b['hosts']} hosts x {b['pages_per_host']} pages, at most {b['cap']} requests in flight per host, median of {b['rounds']} interleaved round(s):",
+            f"Broad crawl: {b['hosts']} hosts x {b['pages_per_host']} pages, at most {b['cap']} requests in flight "
+            f"per host, median of {b['rounds']} interleaved round(s):",
             "",
         ]
         lines += [
-            "| run | pages | pages/s | ratio to plain Scrapy (each round) | worker CPU ms/page | Redis CPU µs/page (net of idle) | target |",
+            "| run | pages | pages/s | ratio to plain Scrapy (each round) | worker CPU ms/page | Redis CPU µs/page "
+            "(net of idle) | target |",
             "|---|---|---|---|---|---|---|",
         ]
         for name, r in b["median"].items():
@@ -344,13 +402,15 @@ def markdown(results: dict[str, Any]) -> str:
             target = f"{t['target']}: {t['value']} {'met' if t['met'] else 'NOT met'}" if t else ""
             each = ", ".join(str(x) for x in b["ratio_per_round"][name])
             lines.append(
-                f"| {name} | {r['pages']} | {r['pages_per_s']} | {b['ratio'][name]} ({each}) | {r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
+                f"| {name} | {r['pages']} | {r['pages_per_s']} | {b['ratio'][name]} ({each}) | "
+                f"{r.get('worker_cpu_ms_per_page')} | {redis_cpu(r)} | {target} |"
             )
         lines.append("")
         prof = b.get("profiled", {}).get("profile")
         if prof:
             lines += [
-                "Where Redis's time goes (the profiled two-worker broad run, every command logged; µs of execution per page):",
+                "Where Redis's time goes (the profiled two-worker broad run, every command logged; µs of execution "
+                "per page):",
                 "",
             ]
             lines += ["| script or command | calls/page | µs/call | µs/page | share |", "|---|---|---|---|---|"]
@@ -364,21 +424,25 @@ def markdown(results: dict[str, Any]) -> str:
         m = results["mysql"]
         t = v["mysql"]
         rows.append(
-            f"| MySQL storage pipeline alone | {m['items_per_s']:,.0f} items/s ({m['items']:,} items of {m['row_bytes']} bytes, batches of {m['batch_size']}) | >= 10,000 items/s: {'met' if t['met'] else 'NOT met'} |"
+            f"| MySQL storage pipeline alone | {m['items_per_s']:,.0f} items/s ({m['items']:,} items of "
+            f"{m['row_bytes']} bytes, batches of {m['batch_size']}) | >= 10,000 items/s: "
+            f"{'met' if t['met'] else 'NOT met'} |"
         )
     if "memory" in results:
         m = results["memory"]
         t = v["memory"]
         points = ", ".join(f"{c['worker_rss_mb']:.0f} MB at {c['frontier'] / 1e6:.2f}M" for c in m["checkpoints"])
         rows.append(
-            f"| worker RSS as the frontier grows ({m['source']}) | {points} | flat: {m['growth_mb']:+} MB {'met' if t['met'] else 'NOT met'} |"
+            f"| worker RSS as the frontier grows ({m['source']}) | {points} | flat: {m['growth_mb']:+} MB "
+            f"{'met' if t['met'] else 'NOT met'} |"
         )
     d = results.get("dedup")
     if d:
         if "packed" in d:
             p, t = d["packed"], v.get("packed", {})
             rows.append(
-                f"| dedup, exact, packed (the default) | {p['bytes_per_url']} bytes/URL at {p['urls']:,} URLs | <= 16 bytes/URL: {'met' if t.get('met') else 'NOT met'} |"
+                f"| dedup, exact, packed (the default) | {p['bytes_per_url']} bytes/URL at {p['urls']:,} URLs | <= 16 "
+                f"bytes/URL: {'met' if t.get('met') else 'NOT met'} |"
             )
         e, b = d.get("set") or d["exact"], d["bloom"]
         rows.append(
@@ -387,22 +451,27 @@ def markdown(results: dict[str, Any]) -> str:
         fp = b.get("false_positive_rate") or 0.0
         t = v.get("bloom", {})
         rows.append(
-            f"| dedup, Bloom filter (error rate {b.get('error_rate', '?')}) | {b['bytes_per_url']} bytes/URL at {b['urls']:,} URLs;"
-            f" false positives {b.get('false_positives')} of {b.get('fresh_queries', 0):,} ({fp:.1e}) | <= 4 bytes/URL at <= 1e-6: {'met' if t.get('met') else 'NOT met'} |"
+            f"| dedup, Bloom filter (error rate {b.get('error_rate', '?')}) | {b['bytes_per_url']} bytes/URL at "
+            f"{b['urls']:,} URLs;"
+            f" false positives {b.get('false_positives')} of {b.get('fresh_queries', 0):,} ({fp:.1e}) | <= 4 "
+            f"bytes/URL at <= 1e-6: {'met' if t.get('met') else 'NOT met'} |"
         )
     for q in results.get("queue") or ():
         t = v.get("queue", {})
         rows.append(
-            f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over {q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |"
+            f"| Redis bytes per queued request | {q['bytes_per_request']} at {q['requests']:,} requests over "
+            f"{q['hosts']:,} hosts | <= 100: {'met' if q['bytes_per_request'] <= 100 else 'NOT met'} |"
         )
     c = results.get("cache")
     if c:
         met = "met" if v.get("cache", {}).get("met") else "NOT met"
         rows.append(
-            f"| Redis bytes per cached item, lean cache (the default) | {c['lean']['bytes_per_item']} at {c['items']:,} items | <= 150: {met} |"
+            f"| Redis bytes per cached item, lean cache (the default) | {c['lean']['bytes_per_item']} at "
+            f"{c['items']:,} items | <= 150: {met} |"
         )
         rows.append(
-            f"| Redis bytes per cached item, whole items (`REDIS_CACHE_ITEMS`, {c['text_bytes']:,}-byte texts) | {c['full']['bytes_per_item']:,} at {c['items']:,} items | |"
+            f"| Redis bytes per cached item, whole items (`REDIS_CACHE_ITEMS`, {c['text_bytes']:,}-byte texts) | "
+            f"{c['full']['bytes_per_item']:,} at {c['items']:,} items | |"
         )
     if rows:
         lines += ["| measure | result | target |", "|---|---|---|", *rows, ""]
@@ -427,7 +496,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
     m = results["machine"]
     fig.suptitle(
-        f"crawler benchmark, {m['date'][:10]}: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, Scrapy {m['scrapy']}",
+        f"crawler benchmark, {m['date'][:10]}: {m['cores']} cores ({m['cpu']}), {m['ram_gb']} GB RAM, Scrapy "
+        f"{m['scrapy']}",
         fontsize=11,
     )
     ax = axes[0][0]
@@ -522,7 +592,7 @@ def main() -> None:
     parser.add_argument(
         "--dedup-json",
         metavar="FILE",
-        help="take the dedup figures from FILE (a bench/out/dedup.json of an earlier run) instead of running it",
+        help="take the dedup figures from FILE (bench/out/dedup.json or bench/results/dedup.json of an earlier run)",
     )
     parser.add_argument(
         "--dedup-queries", type=int, default=1_000_000, help="fresh URLs asked of the dedup filters (false positives)"
@@ -557,12 +627,12 @@ def main() -> None:
     results["machine"]["mariadb_server"] = mysql_server_version(args.mysql)
     print(json.dumps(results["machine"], indent=1), flush=True)
     if "crawl" in args.parts or "storage" in args.parts:
-        throwaway = None if args.redis else speed.RedisServer()
+        throwaway = None if args.redis else RedisServer()
         try:
             run_crawls(args, args.redis or throwaway.url, results)
         finally:
             if throwaway:
-                throwaway.__exit__()
+                throwaway.stop()
     if "mysql" in args.parts:
         print(f"mysql: {args.items:,} items through the storage pipeline", flush=True)
         results["mysql"] = storage.run(args.mysql, args.items)
@@ -586,13 +656,11 @@ def main() -> None:
     (OUT / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     (OUT / "results.md").write_text(table + "\n")
     chart(results, OUT / "results.png")
-    kept = ROOT / "bench" / "results"
-    kept.mkdir(exist_ok=True)
-    for name in ("results.json", "results.md", "results.png"):
-        shutil.copyfile(OUT / name, kept / name)
+    kept = keep_parts(results)
     print("\n" + table)
     print(
-        f"Written: {OUT / 'results.json'}, {OUT / 'results.md'}, {OUT / 'results.png'} (and copies in bench/results/, which is committed) in {results['seconds']} s"
+        f"Written: {OUT / 'results.json'}, {OUT / 'results.md'}, {OUT / 'results.png'}"
+        f" and {', '.join(str(p.relative_to(ROOT)) for p in kept)} in {results['seconds']} s"
     )
 
 

@@ -4,10 +4,10 @@ and this project's Redis frontier (one or more workers), item pipelines off or o
 Generates a static site of PAGES pages (11 links each, about 3 KB), serves it with nginx on
 127.0.0.31 (no download delay, 64 concurrent requests, AutoThrottle and robots.txt off) and
 times each crawl from its first response to its last (all workers together), as recorded by
-:class:`bench.timing.TimingStats`. ``bench/run.py`` runs every part of the benchmark; this file
+:class:`bench.timing.TimingStats`. ``python -m bench.run`` runs every part of the benchmark; this file
 alone runs plain Scrapy and the frontier with one and two workers:
 
-    python bench/speed.py [--pages 20000] [--redis redis://127.0.0.1:6379/12]
+    python -m bench.speed [--pages 20000] [--redis redis://127.0.0.1:6379/12]
 
 Without ``--redis`` a throwaway ``redis-server`` is started on a free loopback port; with it,
 the keys ``site:*`` of that database are deleted before each run.
@@ -30,11 +30,9 @@ from urllib.parse import urlsplit
 
 import redis
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
-from bench.redis_cpu import RedisCpu  # noqa: E402
-from tests.loopback import free_port, wait_port  # noqa: E402
+from bench.redis_cpu import RedisCpu
+from tests.loopback import free_port, wait_port
+from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -122,41 +120,6 @@ class Nginx:
         self.proc.wait(10)
 
 
-class RedisServer:
-    """A throwaway ``redis-server`` on a free loopback port: no persistence, deleted on exit, so
-    a benchmark's millions of keys never touch a shared Redis. :attr:`url` is its database 0."""
-
-    def __init__(self) -> None:
-        if not shutil.which("redis-server"):
-            raise SystemExit("redis-server is not installed: apt-get install redis-server")
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        wait_port("127.0.0.1", self.port)
-
-    def __enter__(self) -> RedisServer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
-
-
 def clear_crawl(redis_url: str, spider: str = "site") -> None:
     """Delete the keys ``<spider>:*`` of the database of ``redis_url`` (nothing else)."""
     client = redis.Redis.from_url(redis_url)
@@ -240,7 +203,8 @@ def crawl(
 
     Returns ``{"pages", "seconds", "pages_per_s", "worker_cpu_ms_per_page", "items", "stored",
     "duplicates_filtered", "peak_rss_mb", "exit_codes", "load_before", "load_after"}``: pages =
-    responses received by all workers, seconds = first response to last. Raises ``RuntimeError`` if a worker fails or the crawl outlives ``timeout``.
+    responses received by all workers, seconds = first response to last. Raises ``RuntimeError`` if
+    a worker fails or the crawl outlives ``timeout``.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -364,7 +328,7 @@ def main() -> None:
                 print(name, results[name], flush=True)
         finally:
             if throwaway:
-                throwaway.__exit__()
+                throwaway.stop()
     base = results["plain Scrapy"]["pages_per_s"]
     print(f"\n{'run':<24}{'pages':>8}{'seconds':>9}{'pages/s':>9}{'ratio':>7}")
     for name, r in results.items():

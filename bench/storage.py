@@ -6,7 +6,7 @@ settings (``MYSQL_URL`` pointing at a bench database, no ``REDIS_URL``), opens i
 IN_FLIGHT of them waiting at once, as a crawl's scraper does; an item counts once its batch is
 committed. Prints and returns items/s.
 
-    python bench/storage.py [--items 100000] [--batch-size 200] [--in-flight 2000]
+    python -m bench.storage [--items 100000] [--batch-size 200] [--in-flight 2000]
                             [--mysql mysql://root@127.0.0.1:3306/crawler_bench]
 
 The database named in the URL is created at start and dropped at the end (it must not be one
@@ -19,20 +19,14 @@ import argparse
 import asyncio
 import gc
 import json
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import pymysql
 
-import pymysql  # noqa: E402
-
-from crawler.items import Page  # noqa: E402
-from scrapy_frontier.storage.backends import parse_mysql_url  # noqa: E402
+from crawler.items import Page
+from scrapy_frontier.storage.backends import parse_mysql_url
 
 DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/crawler_bench"
 _WORDS = "crawler frontier lease politeness fingerprint scheduler pipeline storage batch upsert".split()

@@ -8,7 +8,7 @@ and the script prints, per extractor, the CPU it took and how good the result is
 - **ms/page**: CPU time (``time.process_time``) of the extractor per page, the least of
   ``--repeat`` runs of each page; the cost of parsing the page (``parsel.Selector``) is a row of
   its own, and **spider ms/page** times the spider's whole callback (links, follow-up requests
-  and the item) with the extractor of before and of now.
+  and the item) with the plain XPath extractor and with this project's.
 - **¶ pages**: pages whose text or a heading holds ``¶`` (Sphinx's permalink anchors).
 - **nav headings**: pages with a heading that is none of the main content's headings (the
   sidebar's "Table of Contents", "This Page", "Navigation", ...).
@@ -25,7 +25,8 @@ and the script prints, per extractor, the CPU it took and how good the result is
   ``navheader`` / ``navfooter`` bars (links to the previous and next pages), each without its
   scripts, styles and permalink anchors.
 
-Extractors: ``before`` (the spider's XPath of 2026-12, kept here to compare), ``this project``
+Extractors: ``plain XPath`` (every text node of the main content, headings from the whole page's
+``//h1 | //h2 | //h3``: the simplest extractor, to compare), ``this project``
 (:func:`crawler.pagetext.page_text`), trafilatura (``bare_extraction`` of the parsed tree, its
 ``head`` elements as headings), readability-lxml (``Document.summary``, made text and headings
 by ``page_text``'s rule), jusText (the site language's stop list; the language-independent
@@ -37,7 +38,7 @@ run with each other):
     pip install -U pip && pip install -r requirements-bench-text.txt
     apt-get install python3.11-doc aptitude-doc-ja aptitude-doc-ru debian-reference-ja \\
         debian-reference-zh-cn developers-reference-ja developers-reference-ru
-    python bench/text_extraction.py [--repeat 3] [--only "this project" before] [--sites NAME ...] [--json FILE]
+    python -m bench.text_extraction [--repeat 3] [--only "this project" "plain XPath"] [--sites NAME ...] [--json FILE]
 
 A site whose package is not installed is skipped with a line naming it.
 """
@@ -56,23 +57,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
-if str(ROOT_DIR) not in sys.path:
-    sys.path.insert(0, str(ROOT_DIR))
+from lxml import etree
+from scrapy import Request
+from scrapy.http import HtmlResponse
 
-from lxml import etree  # noqa: E402
-from scrapy import Request  # noqa: E402
-from scrapy.http import HtmlResponse  # noqa: E402
-
-from crawler.items import Page  # noqa: E402
-from crawler.pagetext import BLOCK_TAGS, main_content, page_text  # noqa: E402
-from crawler.spiders.site import SiteSpider  # noqa: E402
-from tests.oracle import reachable_pages  # noqa: E402
+from crawler.items import Page
+from crawler.pagetext import BLOCK_TAGS, main_content, page_text
+from crawler.spiders.site import SiteSpider
+from tests.oracle import reachable_pages
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-OUT = ROOT_DIR / "bench" / "out"
+OUT = Path(__file__).resolve().parent / "out"
 
 
 @dataclass
@@ -128,16 +125,16 @@ SITES = (
     ),
 )
 
-# --- the extractor of before (crawler/spiders/site.py until 2026-12), to compare ---------------
+# --- the plain XPath extractor, to compare ------------------------------------------------------
 
-_BEFORE_TEXT_XPATH = (
+_PLAIN_TEXT_XPATH = (
     "descendant-or-self::text()[not(ancestor::script or ancestor::style or ancestor::noscript or ancestor::template)]"
 )
 
 
-def before(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
+def plain_xpath(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
     main = response.xpath("//main | //*[@role='main']") or response.xpath("//body") or response
-    text = " ".join(" ".join(main[0].xpath(_BEFORE_TEXT_XPATH).getall()).split())
+    text = " ".join(" ".join(main[0].xpath(_PLAIN_TEXT_XPATH).getall()).split())
     headings = [
         [int(h.root.tag[1]), " ".join(" ".join(h.xpath(".//text()").getall()).split())]
         for h in response.xpath("//h1 | //h2 | //h3")
@@ -145,12 +142,12 @@ def before(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
     return text, headings
 
 
-class BeforeSpider(SiteSpider):
-    """The spider with the ``page`` of before (crawler/spiders/site.py until 2026-12)."""
+class PlainXPathSpider(SiteSpider):
+    """The ``site`` spider with the plain XPath extractor."""
 
     @staticmethod
     def page(response, links):
-        text, headings = before(response)
+        text, headings = plain_xpath(response)
         latency = response.meta.get("download_latency")
         request = response.request
         return Page(
@@ -234,7 +231,7 @@ def html_text_extractor(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
 
 
 EXTRACTORS: dict[str, Callable[[HtmlResponse, str], tuple[str, list[list[Any]]]]] = {
-    "before": lambda r, lang: before(r),
+    "plain XPath": lambda r, lang: plain_xpath(r),
     "this project": lambda r, lang: this_project(r),
     "trafilatura": lambda r, lang: trafilatura_extractor(r),
     "readability-lxml": lambda r, lang: readability_extractor(r),
@@ -331,10 +328,10 @@ def cpu_ms(function: Callable[[], Any], repeat: int) -> float:
 def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
     results: dict[str, Any] = {"sites": {}, "extractors": {}}
     totals = {name: Counter() for name in names}
-    spider_totals = {label: Counter() for label in ("parse", "spider before", "spider now")}
+    spider_totals = {label: Counter() for label in ("parse", "spider, plain XPath", "spider")}
     spiders = {
-        "spider before": BeforeSpider(url="http://127.0.0.2/"),
-        "spider now": SiteSpider(url="http://127.0.0.2/"),
+        "spider, plain XPath": PlainXPathSpider(url="http://127.0.0.2/"),
+        "spider": SiteSpider(url="http://127.0.0.2/"),
     }
     for site in sites:
         responses = load(site)
@@ -412,12 +409,14 @@ def _summary(m: Counter) -> dict[str, Any]:
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| extractor | ms/page | ¶ pages | nav headings | heading recall | bad spaces (pages) | text recall | text precision |",
+        "| extractor | ms/page | ¶ pages | nav headings | heading recall | bad spaces (pages) | text recall | text "
+        "precision |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, s in rows.items():
         lines.append(
-            f"| {name} | {s['ms_per_page']:.2f} | {s['pilcrow_pages']} | {s['nav_heading_pages']} | {s['heading_recall']:.3f}"
+            f"| {name} | {s['ms_per_page']:.2f} | {s['pilcrow_pages']} | {s['nav_heading_pages']} | "
+            f"{s['heading_recall']:.3f}"
             f" | {s['bad_spaces']} ({s['bad_space_pages']}) | {s['text_recall']:.3f} | {s['text_precision']:.3f} |"
         )
     return "\n".join(lines)
@@ -444,14 +443,17 @@ def main() -> None:
     results = measure(sites, args.only, args.repeat)
     pages = sum(s["pages"] for s in results["sites"].values())
     print(
-        f"All {len(sites)} sites, {pages} pages (parse: {results['parse ms/page']:.2f} ms/page; the spider's whole callback:"
-        f" {results['spider before ms/page']:.2f} ms/page before, {results['spider now ms/page']:.2f} now)\n"
+        f"All {len(sites)} sites, {pages} pages (parse: {results['parse ms/page']:.2f} ms/page; the spider's whole "
+        "callback:"
+        f" {results['spider ms/page']:.2f} ms/page; with the plain XPath extractor "
+        f"{results['spider, plain XPath ms/page']:.2f})\n"
     )
     print(table(results["extractors"]))
     for name, site in results["sites"].items():
         print(
             f"\n{name} ({site['generator']}, {site['language']}, {site['pages']} pages; spider"
-            f" {site['spider before ms/page']:.2f} ms/page before, {site['spider now ms/page']:.2f} now)\n"
+            f" {site['spider ms/page']:.2f} ms/page; with the plain XPath extractor "
+            f"{site['spider, plain XPath ms/page']:.2f})\n"
         )
         print(table(site["extractors"]))
     args.json.parent.mkdir(parents=True, exist_ok=True)

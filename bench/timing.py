@@ -3,9 +3,10 @@
 Used by the benchmark's crawls as ``-s STATS_CLASS=bench.timing.TimingStats -s
 BENCH_STATS_FILE=path``: it is Scrapy's default collector, plus ``bench/first_response`` and
 ``bench/last_response`` (Unix time, seconds, float) and ``bench/first_cpu``, ``bench/last_cpu``
-(the process's CPU seconds then) taken when ``response_received_count`` is incremented, and, when the crawl closes, every stat as JSON in ``BENCH_STATS_FILE``. A stats
-class rather than an extension because ``-s EXTENSIONS=...`` would replace the project's own
-extensions, and a log-line count would need ``LOG_LEVEL=DEBUG`` (whose cost is in the figure).
+(the process's CPU seconds then) taken when ``response_received_count`` is incremented, and,
+when the crawl closes, every stat as JSON in ``BENCH_STATS_FILE``. A stats class rather than an
+extension because ``-s EXTENSIONS=...`` would replace the project's own extensions, and a
+log-line count would need ``LOG_LEVEL=DEBUG`` (whose cost is in the figure).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
 from scrapy_frontier.reclaim import reclaim_dead
 from scrapy_frontier.status import read_status
-from tests.conftest import DOCS, HttpServer
+from tests.servers import DOCS, HttpServer
 
 SHARDS = 16
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import DOCS, ROOT
+from tests.conftest import ROOT
 from tests.oracle import reachable_pages
+from tests.servers import DOCS
 
 SCRIPT = ROOT / "deploy" / "smoke.sh"
 CONTAINERS_CONF = ROOT / "deploy" / "podman" / "containers.conf"

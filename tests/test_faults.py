@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from tests.conftest import DOCS, ROOT, HttpServer
+from tests.conftest import ROOT
 from tests.oracle import reachable_pages
+from tests.servers import DOCS, HttpServer
 
 #: Whole crawls with servers stopped, killed or installed: minutes (pytest -m "not slow" skips them).
 pytestmark = pytest.mark.slow
@@ -345,7 +346,7 @@ def test_failed_url_is_dead_lettered_then_requeued(flaky_site, start_worker, red
 
 @pytest.fixture
 def flaky_site(tmp_path):
-    from tests.conftest import free_port, wait_port
+    from tests.loopback import free_port, wait_port
 
     host, port, log = "127.0.0.6", free_port("127.0.0.6"), tmp_path / "requests.log"
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(port), str(log)])
@@ -380,7 +381,7 @@ def wait_rows(query, count: int, timeout: float = 60) -> None:
 @pytest.fixture
 def short_wait_mariadb(tmp_path):
     """A throwaway mariadbd that closes a connection idle for 3 s (``wait_timeout``)."""
-    from tests.conftest import MariaDB
+    from tests.servers import MariaDB
 
     db = MariaDB(tmp_path / "mariadb", "--wait-timeout=3")
     yield db

@@ -16,7 +16,8 @@ from datetime import UTC
 
 import pytest
 
-from tests.conftest import DOCS, ROOT
+from tests.conftest import ROOT
+from tests.servers import DOCS
 
 PAGES = ["library/json.html", "library/os.html", "library/re.html"]
 KINDS = {"SPIDER_MODULES": "tests.spiders"}

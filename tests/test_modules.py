@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 import re
 
-from tests.conftest import DOCS
+from tests.servers import DOCS
 
 
 def modules_in_index(base_url: str) -> set[tuple[str, str | None, str | None, int]]:

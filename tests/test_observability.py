@@ -16,7 +16,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_frontier.observability.metrics import METRIC_NAMES
-from tests.conftest import ROOT, queued_requests
+from tests.conftest import ROOT
+from tests.servers import queued_requests
 
 NODE = re.compile(r"^[^:]+:(\d+):[0-9a-f]{6}$")
 
@@ -197,7 +198,7 @@ def test_two_workers_metrics_status_and_cluster_totals(
 
 
 def test_dropped_items_by_reason_and_dead_letter_gauge(start_worker, redis_url, redis_client, tmp_path):
-    from tests.conftest import HttpServer
+    from tests.servers import HttpServer
 
     root = tmp_path / "site"
     root.mkdir()

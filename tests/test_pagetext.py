@@ -15,8 +15,9 @@ from scrapy.http import HtmlResponse, Request
 
 from crawler.pagetext import page_text
 from crawler.spiders.site import SiteSpider
-from tests.conftest import DEBIAN_DOC_SITES, DOCS
+from tests.conftest import DEBIAN_DOC_SITES
 from tests.oracle import reachable_pages
+from tests.servers import DOCS
 
 #: Sphinx's sidebar headings, in English and in the Russian developers-reference.
 SIDEBAR_HEADINGS = {

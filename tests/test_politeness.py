@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_port
+from tests.conftest import ROOT
+from tests.loopback import free_port, wait_port
 
 FAST = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SPIDER_MODULES": "crawler.spiders", "ROBOTSTXT_OBEY": "False"}
 

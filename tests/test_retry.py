@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_frontier.downloadermiddlewares.retry import backoff_delay, parse_retry_after
-from tests.conftest import free_port, wait_port
+from tests.loopback import free_port, wait_port
 
 HERE = Path(__file__).resolve().parent
 

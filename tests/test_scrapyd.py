@@ -21,8 +21,10 @@ from urllib.request import urlopen
 import pymysql
 import pytest
 
-from tests.conftest import DOCS, FAST, ROOT, HttpServer, free_port, wait_port
+from tests.conftest import FAST, ROOT
+from tests.loopback import free_port, wait_port
 from tests.oracle import reachable_pages
+from tests.servers import DOCS, HttpServer
 
 #: What scrapyd-deploy needs to build the egg: the project, the library, setup.py (with
 #: pyproject.toml and the README it names) and scrapy.cfg.

@@ -18,7 +18,7 @@ BIG_TEXT = ("Lorem ipsum dolor sit amet 🐍 " * 7000)[:200_000]
 def odd_site(tmp_path):
     """A small site: an emoji page with 200 KB of text, a page with a 3000-character title and a
     normal page."""
-    from tests.conftest import HttpServer
+    from tests.servers import HttpServer
 
     root = tmp_path / "site"
     root.mkdir()
@@ -60,7 +60,7 @@ def test_utf8mb4_big_text_truncation_and_refusal_in_a_real_crawl(
 def test_invalid_item_is_dropped_counted_and_kept(start_worker, mysql_url, mysql_query, tmp_path):
     """A start URL whose URL is longer than the url column: validation refuses its Page, and the
     refusal is logged with the field, counted, and kept as JSON."""
-    from tests.conftest import HttpServer
+    from tests.servers import HttpServer
 
     root = tmp_path / "site"
     root.mkdir()
