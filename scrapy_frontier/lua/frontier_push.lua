@@ -61,30 +61,25 @@ for _ = 1, ng do
   i = i + 3
   local new, nnew = {}, 0
   for _ = 1, k do
+    -- fresh: new to the dupefilter (or not checked); fp: what the seen feed carries (false: nothing)
     local a = argv[i]
+    local fresh, fp
     if a == '' then
-      nnew = nnew + 1
-      new[nnew] = argv[i + 2]
+      fresh, fp = true, false
     elseif packed then
-      -- seen_add_packed, inline: one SADD to the bucket a of the member (a link a push)
-      local member = argv[i + 1]
-      if call('SADD', a, member) == 1 then
-        packed_added = packed_added + 1
-        nnew = nnew + 1
-        new[nnew] = argv[i + 2]
-        if fed then
-          nfed = nfed + 1
-          fed[nfed] = member
-        end
-      elseif duplicates then
-        duplicates[#duplicates + 1] = i + 2
-      end
-    elseif seen_add(a) then
+      -- seen_add's packed check, inline: one SADD of the member to its bucket a
+      fp = argv[i + 1]
+      fresh = call('SADD', a, fp) == 1
+      if fresh then packed_added = packed_added + 1 end
+    else
+      fresh, fp = seen_add(a), a
+    end
+    if fresh then
       nnew = nnew + 1
       new[nnew] = argv[i + 2]
-      if fed then
+      if fp and fed then
         nfed = nfed + 1
-        fed[nfed] = a
+        fed[nfed] = fp
       end
     elseif duplicates then
       duplicates[#duplicates + 1] = i + 2
