@@ -8,7 +8,7 @@ import redis
 import redis.asyncio
 from scrapy.settings import Settings
 
-from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, compact_payload, mark_ranked, reclaim_dead, slot_of
+from scrapy_frontier.frontier import START_PREFIX, Entry, Frontier, compact_payload, reclaim_dead, slot_of
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.nodes import Heartbeat
 
@@ -226,62 +226,6 @@ def test_priorities_around_the_default_are_served_in_order(redis_url):
         return served, keys_left
 
     assert run(with_frontier(redis_url, go)) == (["high", "default", "default2", "low"], [])
-
-
-def old_queue(r, host):
-    """A host's queue as the versions before 2026-12-02 wrote it (priority 0 in the sorted
-    set, JSON payloads), with a priority 2 request."""
-    q = KEYS.queue_prefix + host
-
-    async def write():
-        await r.zadd(q, {"0": 0, "-2": -2})
-        await r.rpush(q + "#0", f'{{"url":"https://{host}/a"}}', f'{{"url":"https://{host}/b"}}')
-        await r.rpush(q + "#-2", f'{{"url":"https://{host}/first"}}')
-        await r.zadd(KEYS.slots, {host: 0})
-
-    return write()
-
-
-def test_a_queue_written_before_is_read_in_order_and_counted_once(redis_url):
-    """An old queue (above), its host put in the ranked set once (mark_ranked, as a worker
-    does at start): every request is served, in priority order, and counted once."""
-
-    async def go(f, r):
-        await old_queue(r, "old.example")
-        marked = await mark_ranked(r, KEYS), await mark_ranked(r, KEYS)  # the second finds it done
-        depth = (await f.status(deep=True)).depth
-        await f.push([entry("https://old.example/c", host="old.example")])
-        served = [json.loads(p)["url"] for p in payloads(await f.lease(10))]
-        left = await r.keys(KEYS.queue_prefix + "old.example*")
-        return marked, depth, served, left, await r.zcard(KEYS.slots), await r.smembers(KEYS.shard(0).ranked)
-
-    marked, depth, served, left, hosts, ranked = run(with_frontier(redis_url, go))
-    assert marked == (1, 0)
-    assert depth == 3
-    assert served == [
-        "https://old.example/first",
-        "https://old.example/a",
-        "https://old.example/b",
-        "https://old.example/c",
-    ]
-    assert left == [] and hosts == 0 and ranked == set()  # gone with the queue
-
-
-def test_a_queue_written_before_and_not_marked_loses_nothing(redis_url):
-    """Without mark_ranked the old queue's host is found to have priorities when its priority-0
-    list runs out: its priority-0 requests first, then the rest, nothing lost."""
-
-    async def go(f, r):
-        await old_queue(r, "old.example")
-        served = [json.loads(p)["url"] for p in payloads(await f.lease(3))]
-        ranked = await r.smembers(KEYS.shard(0).ranked)
-        assert await f.lease(10) == []
-        return served, ranked, await r.keys(KEYS.queue_prefix + "old.example*"), await r.zcard(KEYS.slots)
-
-    served, ranked, left, hosts = run(with_frontier(redis_url, go))
-    assert served == ["https://old.example/a", "https://old.example/b", "https://old.example/first"]
-    assert ranked == {b"old.example"}
-    assert left == [] and hosts == 0
 
 
 def test_priorities_put_a_host_in_the_ranked_set_until_they_are_served(redis_url):

@@ -124,37 +124,32 @@ local function queue_pop(prefix, host, n, ranked)
     local got
     if score == nil or tonumber(score) >= 0 then got = redis.call('LPOP', zero, int_text[n]) end
     if not got and score == nil then
-      -- nothing at priority 0 and no other priority indexed: empty, unless <q> is there all the
-      -- same (a queue written before @ranked was kept, see above), from now on in @ranked
-      if ranked or redis.call('EXISTS', q) == 0 then
+      -- nothing at priority 0 and no other priority indexed: empty
+      if ranked then redis.call('SREM', prefix .. '@ranked', host) end
+      empty = true
+      break
+    end
+    local list = zero
+    if got then
+      score = '0'
+    else
+      list = q .. '#' .. score
+      got = redis.call('LPOP', list, int_text[n])
+    end
+    if got then
+      out[#out + 1] = {score, got}
+      n = n - #got
+      taken = taken + #got
+    end
+    -- fewer than asked: the list is gone; as many: look
+    if n > 0 or redis.call('EXISTS', list) == 0 then
+      -- '0' too, though it has no entry: a round that took nothing always removes what ZRANGE gave
+      if ranked then redis.call('ZREM', q, score) end
+      -- a host outside @ranked has no <q>: its list gone, its queue is empty
+      if not ranked or redis.call('EXISTS', q, zero) == 0 then
         if ranked then redis.call('SREM', prefix .. '@ranked', host) end
         empty = true
         break
-      end
-      ranked = true
-      redis.call('SADD', prefix .. '@ranked', host)
-    else
-      local list = zero
-      if got then
-        score = '0'
-      else
-        list = q .. '#' .. score
-        if tonumber(score) ~= 0 then got = redis.call('LPOP', list, int_text[n]) end
-      end
-      if got then
-        out[#out + 1] = {score, got}
-        n = n - #got
-        taken = taken + #got
-      end
-      -- fewer than asked: the list is gone; as many: look
-      if n > 0 or redis.call('EXISTS', list) == 0 then
-        if ranked then redis.call('ZREM', q, score) end  -- (score '0': an entry written before, or none)
-        if redis.call('EXISTS', q, zero) == 0 then
-          if ranked then redis.call('SREM', prefix .. '@ranked', host) end
-          empty = true
-          break
-        end
-        -- <q> there though the host was not in @ranked: the next round finds it (see above)
       end
     end
   end
@@ -164,9 +159,7 @@ end
 local function queue_len(prefix, host)
   local q = prefix .. host
   local n = redis.call('LLEN', q .. '#0')
-  for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do
-    if tonumber(score) ~= 0 then n = n + redis.call('LLEN', q .. '#' .. score) end
-  end
+  for _, score in ipairs(redis.call('ZRANGE', q, 0, -1)) do n = n + redis.call('LLEN', q .. '#' .. score) end
   return n
 end
 local function inflight_end(pprefix, host)
