@@ -102,7 +102,7 @@ end
 -- ended leases in one HMGET and one HSET (one HDEL for those back to 0)
 local INFLIGHT = pprefix .. '@inflight'
 local ended = {}
-if na == 1 and argv[i] ~= '?' then
+if na == 1 then
   -- the leases of one host (a single-host crawl's every push): one HDEL straight from ARGV
   local host, k = argv[i], int_of(argv[i + 1])
   i = i + 2
@@ -110,41 +110,25 @@ if na == 1 and argv[i] ~= '?' then
   for j = i, i + k - 1, 1000 do n = n + call('HDEL', KEYS[3], unpack(argv, j, math.min(j + 999, i + k - 1))) end
   if host ~= '' and n > 0 then ended[host] = n end
   i = i + k
-else
-  local named, owner, nnamed, owners = {}, {}, 0, 0
+elseif na > 1 then
+  local named, owner, nnamed = {}, {}, 0
   for _ = 1, na do
     local host, k = argv[i], int_of(argv[i + 1])
     i = i + 2
-    if host == '?' then
-      for j = i, i + k - 1 do
-        local val = call('HGET', KEYS[3], argv[j])
-        if val then
-          local _, h = lease_of(argv[j], val)
-          call('HDEL', KEYS[3], argv[j])
-          if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
-        end
-      end
-    else
-      owners = owners + 1
-      for j = i, i + k - 1 do
-        nnamed = nnamed + 1
-        named[nnamed], owner[nnamed] = argv[j], host
-      end
+    for j = i, i + k - 1 do
+      nnamed = nnamed + 1
+      named[nnamed], owner[nnamed] = argv[j], host
     end
     i = i + k
   end
-  if owners > 1 then
-    for j = 1, nnamed, 1000 do
-      local vals = call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, nnamed)))
-      for k = 1, #vals do
-        local h = owner[j + k - 1]
-        if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
-      end
+  for j = 1, nnamed, 1000 do
+    local vals = call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, nnamed)))
+    for k = 1, #vals do
+      local h = owner[j + k - 1]
+      if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
     end
   end
-  local n = 0
-  for j = 1, nnamed, 1000 do n = n + call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, nnamed))) end
-  if owners == 1 and owner[1] ~= '' and n > 0 then ended[owner[1]] = (ended[owner[1]] or 0) + n end
+  for j = 1, nnamed, 1000 do call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, nnamed))) end
 end
 local hs = {}
 for h in pairs(ended) do hs[#hs + 1] = h end

@@ -166,8 +166,7 @@ local function inflight_end(pprefix, host)
   if redis.call('HINCRBY', pprefix .. '@inflight', host, -1) <= 0 then redis.call('HDEL', pprefix .. '@inflight', host) end
 end
 local function lease_of(field, value)
-  local tab = string.find(value, '\t', 1, true)
-  if tab then return string.sub(value, 1, tab - 1), string.sub(value, tab + 1), field end
+  if value == '\t' then return '', '', field end
   local score, host = string.match(field, '^[^\t]*\t([^\t]*)\t(.*)$')
   return score, host, value
 end
