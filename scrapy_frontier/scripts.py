@@ -5,7 +5,8 @@ The files ship as package data (in the wheel and in a scrapyd egg) and are read 
 contract: the ``KEYS`` and ``ARGV`` it takes, what it returns, its units and errors. A line
 ``--! include <name>`` is replaced by the library ``lua/lib/<name>.lua`` (Lua functions shared by
 several scripts: Redis has no ``require``); a library is never a script of its own, and may include
-other libraries the same way. ``@NAME@`` is replaced by the value given for ``NAME``.
+other libraries the same way. ``@NAME@`` is replaced by the value given for ``NAME``. How the
+scripts work and why: ``docs/scripts.md``.
 """
 
 from __future__ import annotations

@@ -1,53 +1,32 @@
--- frontier_queue: not a script of its own, the layout of a host's queue, included
--- (--! include frontier_queue) by every script that queues or takes requests.
--- A host's queue is one list <q>#<score> (<q> = queue prefix .. host) of requests per priority
--- (score = -priority, as text), oldest first: a list keeps its requests in Redis's compact
--- listpack nodes, 2 or 3 bytes beside each payload, where one sorted set of requests cost over
--- 100 (a skiplist node and a dict entry each, past 128 members or 64 bytes). '#' never appears
--- in a host name. The sorted set <q> indexes the other priorities (member = score): priority 0,
--- the default and most crawls' only one, has its list <q>#0 and no index entry, which spares
--- each host a key (about 100 bytes). A queue written before (with '0' in <q>) is read the same.
--- The set <queue prefix>@ranked holds the hosts that have a sorted set <q>, so that taking from a
--- host without one (most hosts, most of the time) costs no look at <q>: the lease script reads it
--- for all the hosts of a call in one SMISMEMBER. A host with a sorted set that the set does not
--- hold (a queue written before it was kept) is found when its priority-0 list runs out, and
--- added; until then its priority-0 requests come first.
--- Invariants the scripts keep (each is atomic): a list other than <q>#0 exists only while its
--- priority is in <q>, <q> exists only while its host is in @ranked (but see above), and <q> or <q>#0 exists only while its host is in the shard's hosts index;
--- so a push onto a list that already had requests needs no ZADD; and a host is in the index only
--- while it has requests queued (the status's hosts count, idle detection).
--- A payload is a request's JSON (serialize.request_to_json, '{' first), or its compact form,
--- the JSON after its opening '{"url":"https://<host>' (the host being the queue's own; after
--- '{"url":"http://<host>' with an 'h' before it): frontier.compact_payload. What follows a host
--- is one of ':/?#"', never '{' or 'h'. queue_pop gives the payloads as stored; the worker
--- writes the JSON back (frontier.expand_payload), so Redis copies no request twice.
--- The shard's queued-request count is the string <queue prefix>@queued ('@' never appears in a
--- host name): moved by each script once, at its end (queued_flush), and only once it exists, so
--- that a queue written before it was kept is counted whole first (frontier_status, deep).
--- Defines (prefix: the queue prefix; host: the queue's host, prefix .. host = <q>):
--- queue_add(prefix, host, score, payload, front) (front: true to serve it first) -> true when
--- the list is new (its host may be new to the hosts index: the caller adds it there);
--- queue_add_all(prefix, host, score, payloads), the same for several, at the back, in one call;
--- queue_pop(prefix, host, n, ranked) -> {{score, {payload (as stored), ...}}, ...} (highest
--- priority first, at most n in all), how many, and whether the queue is now empty (its keys
--- gone); ranked: whether the host is in @ranked;
--- queue_len(prefix, host) -> the requests queued; queued_flush(prefix);
--- leases_held(key), HASH_MARK (below);
--- inflight_end(pprefix, host): one lease of the host ended, in the shard's in-flight hash
--- <politeness prefix>@inflight (host -> leases held, absent = 0: frontier_lease);
--- lease_of(field, value) -> score, host, payload of an entry of a node's lease hash: written by
--- frontier_lease as '<lease id>\t<score>\t<host>' -> the payload as stored, or, by an earlier
--- version, the payload's JSON -> '<score>\t<host>' (a value with a tab: a payload never has one,
--- JSON escapes it); a start URL's lease ('start:' .. raw -> '\t') gives host ''.
+-- frontier_queue (library): a host's queue, the shard's queued count and the lease fields, for every
+-- script that queues or takes requests. The layout and its invariants: docs/scripts.md.
+-- Keys (prefix: the shard's queue prefix, <q> = prefix .. host; a score is -priority, as text):
+--   <q>#<score>    list of the payloads of one priority, oldest first (priority 0's: <q>#0)
+--   <q>            sorted set of the scores other than 0 that have a list (member = score)
+--   prefix@ranked  set of the hosts that have a <q>
+--   prefix@queued  the shard's queued requests (string), once frontier_status has made it
+-- A payload is a request's JSON ('{' first) or its compact form (compact_payload).
+-- Defines:
+--   queue_add(prefix, host, score, payload, front) -> true when the list is new (the caller puts the
+--     host in the hosts index); front: true to serve it first
+--   queue_add_all(prefix, host, score, payloads) -> the same, for several at the back, oldest first
+--   queue_pop(prefix, host, n, ranked) -> {{score, {payload, ...}}, ...} (highest priority first, at
+--     most n payloads in all, as stored), how many, whether the queue is now empty (its keys gone);
+--     ranked: whether the host is in prefix@ranked
+--   queue_len(prefix, host) -> the requests queued
+--   queued_flush(prefix): this call's net count of queued requests added to prefix@queued, at its end
+--   inflight_end(pprefix, host): one lease of the host ended, in <pprefix>@inflight (host -> leases
+--     held; absent: 0)
+--   lease_of(field, value) -> score, host, payload of a lease hash entry: '<lease id>\t<score>\t<host>'
+--     -> the payload as stored, or a start URL's (any field -> a tab), which gives score and host ''
+--   leases_held(key) -> the leases a lease hash holds, HASH_MARK left out
+--   HASH_MARK, HASH_MARK_VALUE: the field of lease and in-flight hashes that is no lease nor host
+--   int_text[n] -> the decimal text of an integer n; int_texts() -> the texts of 1 to 128;
+--   int_of(text) -> the integer of a reply's text
 local queued_delta = 0
--- int_text[n]: the decimal text of an integer n (0 to 9 written out, 10 to 128 from the
--- script's constants, int_texts(), others formatted once a call): counts and positions given to
--- redis.call or written into a lease field (a lease's place among its host's: up to 128 a call)
--- as text, not as numbers (which Lua and Redis format with '%.14g' and '%.17g', each time).
--- int_of(text): the integer a reply gives (HMGET of counts), small ones without a strtod.
+-- counts and places go to redis.call as text: Lua and Redis would format a number each time
 local texts = false
--- the texts of 1 to 128, made once a call when first needed: a lease's place is one (a table
--- read where int_text would call its __index)
+-- made once a call, when first needed: frontier_lease reads a lease's place from it directly
 local function int_texts()
   if not texts then
     texts = {
@@ -70,14 +49,12 @@ local int_text = setmetatable({[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8'
   t[n] = s
   return s
 end})
+-- small counts without a strtod
 local small_ints = {['0'] = 0, ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4}
 local function int_of(text)
   return small_ints[text] or tonumber(text)
 end
--- HASH_MARK, HASH_MARK_VALUE: the field of every lease hash and of the in-flight hash that is no
--- lease and no host, its value longer than hash-max-listpack-value, so that Redis keeps the hash
--- in its hashtable encoding (frontier_lease writes it: see there). leases_held(key): the leases
--- a lease hash holds, the mark left out.
+-- a value longer than hash-max-listpack-value keeps the hash in the hashtable encoding (frontier_lease)
 local HASH_MARK = '@'
 local HASH_MARK_VALUE = "not a lease nor a host: keeps this hash in Redis's hashtable encoding (docs/operating.md)"
 local function leases_held(key)
@@ -88,8 +65,7 @@ local function queue_list(q, score)
   if score == '0' or tonumber(score) == 0 then return q .. '#0', '0' end
   return q .. '#' .. score, score
 end
--- a list that is new: its priority goes in <q> (and the host in @ranked), but 0's; true, for
--- the caller (see Defines)
+-- a list that is new: its priority goes in <q> and the host in @ranked, unless it is priority 0
 local function queue_listed(prefix, host, score)
   if score ~= '0' then
     redis.call('ZADD', prefix .. host, 'NX', score, score)
@@ -105,7 +81,7 @@ local function queue_add(prefix, host, score, payload, front)
   queued_delta = queued_delta + 1
   return len == 1 and queue_listed(prefix, host, score)
 end
--- queue_add_all(prefix, host, score, payloads): queue_add of each, oldest first, in one RPUSH per 1000.
+-- one RPUSH per 1000 payloads (unpack takes a few thousand values at most)
 local function queue_add_all(prefix, host, score, payloads)
   local list
   list, score = queue_list(prefix .. host, score)
@@ -163,7 +139,8 @@ local function queue_len(prefix, host)
   return n
 end
 local function inflight_end(pprefix, host)
-  if redis.call('HINCRBY', pprefix .. '@inflight', host, -1) <= 0 then redis.call('HDEL', pprefix .. '@inflight', host) end
+  local key = pprefix .. '@inflight'
+  if redis.call('HINCRBY', key, host, -1) <= 0 then redis.call('HDEL', key, host) end
 end
 local function lease_of(field, value)
   if value == '\t' then return '', '', field end

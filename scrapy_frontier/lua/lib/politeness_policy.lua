@@ -1,19 +1,16 @@
--- politeness_policy: not a script of its own, the one rate rule of a host, included
--- (--! include politeness_policy) by frontier_lease (lease time) and by politeness_reserve and
--- politeness_slow_down (send time). Fields of the per-host politeness hash: the docstring of
--- scrapy_frontier.keys.Keys.politeness_prefix.
---
--- A host's rate (requests/second, 0 = none): its entry in the rates hash (<spider>:rates), else
--- the default rate (DOMAIN_RATE_LIMIT); its robots.txt Crawl-delay wins when stricter; with no
--- rate at all but slowed down (factor < 1), the base_rate recorded when it was first slowed
--- down; multiplied by its slow-down factor.
---
--- Defines: num(v) -> the number in v, or nil (v a Redis reply, possibly false);
--- policy_of(state_key, live_rate (requests/second, the host's entry in the rates hash; nil:
--- none), default_rate, due_field) -> rate (requests/second, 0 = none), the value of due_field
--- (Unix ms, 0 if unset: 'next' at lease time, 'next_send' at send time), pause_until (Unix ms,
--- 0 if unset), factor (0-1); policy(state_key, rates_key (false: no live rates), host,
--- default_rate, due_field), the same, reading the host's live rate itself.
+-- politeness_policy (library): the one rate rule of a host, included by frontier_lease (lease time)
+-- and by politeness_reserve and politeness_slow_down (send time). The fields of a host's politeness
+-- hash: scrapy_frontier.keys.Keys.politeness_prefix.
+-- Defines:
+--   num(v) -> the number in v, or nil (v a Redis reply, possibly false)
+--   policy_of(state_key, live_rate, default_rate, due_field) -> rate, due, pause_until, factor:
+--     rate (requests/second, 0 = none): live_rate (the host's entry in the rates hash; nil: none),
+--     else default_rate; its robots.txt Crawl-delay when stricter; with no rate but slowed down
+--     (factor < 1), the base_rate recorded when first slowed down; times its slow-down factor (0-1).
+--     due: the value of due_field (Unix ms, 0 if unset: 'next' at lease time, 'next_send' at send
+--     time); pause_until (Unix ms, 0 if unset)
+--   policy(state_key, rates_key (false: no live rates), host, default_rate, due_field) -> the same,
+--     reading the host's live rate itself
 local function num(v) return tonumber(v or '') end
 local function policy_of(state_key, live_rate, default_rate, due_field)
   local st = redis.call('HMGET', state_key, due_field, 'factor', 'pause_until', 'robots_delay', 'base_rate')
