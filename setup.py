@@ -19,12 +19,16 @@ if EGG:
     entry_points["scrapy"] = ["settings = crawler.settings"]
 
 setup(
-    # Namespace discovery so that scrapy_frontier/lua (data, no __init__.py) is a package of its own.
+    # Namespace discovery so that scrapy_frontier/lua and lua/lib (data, no __init__.py) are packages of their own.
     packages=find_namespace_packages(
         include=["scrapy_frontier", "scrapy_frontier.*"] + (["crawler", "crawler.*"] if EGG else []),
         exclude=["*.__pycache__"],
     ),
-    package_data={"scrapy_frontier": ["py.typed"], "scrapy_frontier.lua": ["*.lua"]},
+    package_data={
+        "scrapy_frontier": ["py.typed"],
+        "scrapy_frontier.lua": ["*.lua"],
+        "scrapy_frontier.lua.lib": ["*.lua"],
+    },
     entry_points=entry_points,
     zip_safe=False,
     options={"build": {"build_base": "build/egg"}} if EGG else {},

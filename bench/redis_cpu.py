@@ -22,14 +22,12 @@ from tests.loopback import free_port, wait_port
 def script_names() -> dict[str, str]:
     """SHA-1 of every Lua script of the package (as loaded) -> its name."""
     import hashlib
-    from importlib.resources import files
 
     from scrapy_frontier.dupefilter import SEGMENT_BITS
-    from scrapy_frontier.scripts import source
+    from scrapy_frontier.scripts import names, source
 
     out = {}
-    for f in files("scrapy_frontier").joinpath("lua").iterdir():
-        name = f.name.removesuffix(".lua")
+    for name in names():
         out[hashlib.sha1(source(name, SEGMENT_BITS=SEGMENT_BITS).encode()).hexdigest()] = name
     return out
 

@@ -17,7 +17,7 @@ Three layouts of ``<spider>:dupefilter`` (setting ``DUPEFILTER_MODE``):
   at 1e-6 when a filter is full. A Bloom filter cannot delete: forgotten fingerprints go to
   ``<spider>:dupefilter:forgotten`` and are let through once.
 
-The check is the Lua file ``scrapy_frontier/lua/dupefilter_seen.lua``, included by the
+The check is the Lua file ``scrapy_frontier/lua/lib/dupefilter_seen.lua``, included by the
 frontier's push script and by this module's ``dupefilter_add.lua``.
 
 The hash ``<spider>:dupefilter:meta`` records who wrote the dupefilter: the fingerprinter class,
@@ -130,7 +130,7 @@ class DedupConfig:
         return replace(self, capacity=max(1, -(-self.capacity // shards)))
 
     def lua_args(self, now: int) -> list[Any]:
-        """The values of the dedup check's locals (``lua/dupefilter_seen.lua``), in order:
+        """The values of the dedup check's locals (``lua/lib/dupefilter_seen.lua``), in order:
         ``MODE`` (layout), ``NOW`` (Unix ms), ``AGE`` (ms), ``CAP0``, ``ERR``."""
         return [self.layout, now, int(self.recrawl_age * 1000), self.capacity, repr(self.error_rate)]
 
@@ -190,7 +190,7 @@ class DedupConfig:
 
 def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:
     """``(bits, hashes)`` of a Bloom filter holding ``capacity`` items at ``error_rate``
-    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as ``lua/dupefilter_seen.lua`` computes them."""
+    (m = -n ln p / (ln 2)^2, k = ceil(log2(1/p))), as ``lua/lib/dupefilter_seen.lua`` computes them."""
     k = math.ceil(-math.log(error_rate) / math.log(2))
     return math.ceil(-capacity * math.log(error_rate) / math.log(2) ** 2), k
 
@@ -261,7 +261,7 @@ async def claim(redis: AsyncRedis, keys: Keys, config: DedupConfig, fingerprinte
         pipe.hsetnx(keys.dupefilter_meta, "layout", wanted["layout"])
         if "buckets" in wanted:
             pipe.hsetnx(keys.dupefilter_meta, "buckets", wanted["buckets"])
-        # the queues' format (lua/frontier_queue.lua): a crawl without it is refused at join
+        # the queues' format (lua/lib/frontier_queue.lua): a crawl without it is refused at join
         pipe.hsetnx(keys.dupefilter_meta, "ranked", 1)
         pipe.hgetall(keys.dupefilter_meta)
         *_, now_raw = await pipe.execute()

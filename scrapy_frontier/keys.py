@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 #: score = when the host may next be served, Unix ms); per host, a list of requests per
 #: priority, ``<spider>:requests:<host>#<score>`` (score = -priority), and
 #: ``<spider>:requests:<host>``, a sorted set of its priorities other than 0 (member = score;
-#: ``lua/frontier_queue.lua``).
+#: ``lua/lib/frontier_queue.lua``).
 SCHEDULER_QUEUE_KEY = "%(spider)s:requests"
 #: Fingerprints of every request ever enqueued (hex SHA-1 from the crawler's request fingerprinter).
 SCHEDULER_DUPEFILTER_KEY = "%(spider)s:dupefilter"
@@ -157,7 +157,7 @@ class Shard:
     @property
     def ranked(self) -> str:
         """Set of the shard's hosts whose queue has priorities other than 0 (a sorted set of
-        them, ``lua/frontier_queue.lua``): a host not in it is served from its priority-0 list
+        them, ``lua/lib/frontier_queue.lua``): a host not in it is served from its priority-0 list
         with no look at the sorted set."""
         return self.queue_prefix + "@ranked"
 
@@ -363,7 +363,7 @@ class Keys:
     @property
     def politeness_prefix(self) -> str:
         """Per-host politeness state, ``<spider>:politeness:<host>``, a hash shared by every
-        worker (the rate rule that reads it: ``scrapy_frontier/lua/politeness_policy.lua``):
+        worker (the rate rule that reads it: ``scrapy_frontier/lua/lib/politeness_policy.lua``):
 
         - ``next`` (Unix ms): lease-time due time, when the frontier may next hand out a request
           of the host; the lease script sets it to now + ``1 / rate`` each time it leases one.

@@ -2,7 +2,7 @@
 
 Two checks use the same per-host state (``<spider>:politeness:<host>``, every field described
 in :attr:`scrapy_frontier.keys.Keys.politeness_prefix`) and the same rate rule, one Lua file
-(``scrapy_frontier/lua/politeness_policy.lua``) included by both:
+(``scrapy_frontier/lua/lib/politeness_policy.lua``) included by both:
 
 - when requests are taken from the frontier (the lease script, ``lua/frontier_lease.lua``, due
   time ``next``): a host that is not due gives nothing and

@@ -28,7 +28,7 @@ DOCS = Path(os.environ.get("DOCS_DIR", "/usr/share/doc/python3.11/html"))
 
 def queued_requests(client: redis.Redis, prefix: bytes = b"site:requests:") -> int:
     """Requests queued in an unsharded frontier: every host of ``site:requests``, each priority
-    list of its queue (scrapy_frontier/lua/frontier_queue.lua: priority 0's list, and one per
+    list of its queue (scrapy_frontier/lua/lib/frontier_queue.lua: priority 0's list, and one per
     score in the host's sorted set of the other priorities)."""
     total = 0
     for host in client.zrange(prefix[:-1], 0, -1):

@@ -257,28 +257,23 @@ def test_release_returns_leases_and_start_urls(redis_url):
     assert run(with_frontier(redis_url, go)) == ([b"http://s/1"], [b'{"url":"a"}'])
 
 
-def test_leases_written_by_an_earlier_version_are_given_back_whole(redis_url):
-    """A lease hash of the layout before lease ids (the request's JSON -> '<score>\\t<host>') is
-    read by the reclaim of a dead node and by an unlease, beside the leases of this layout: every
-    request goes back to its host's queue, at its priority, and is served again."""
+def test_a_dead_nodes_leases_are_given_back_whole(redis_url):
+    """An unlease and the reclaim of a dead node put each lease back in its host's queue, at its
+    priority, in the order it was taken, and end its in-flight count."""
 
     async def go(f, r):
-        await f.push([entry("https://h/new", host="h")])
-        (new,) = await f.lease(5)
-        await r.hset(f.lease_key, mapping={'{"url":"https://h/old"}': "0\th", '{"url":"https://h/high"}': "-5\th"})
-        await r.hset(KEYS.politeness_prefix + "@inflight", "h", 3)
-        assert await f.unlease([b'{"url":"https://h/old"}']) == 1
-        held = await r.hgetall(f.lease_key)
-        assert held.pop(b"@")  # the hash's mark (frontier_lease), no lease
-        assert sorted(held.values()) == [b"-5\th", b'/new"}']
-        restored, nodes = reclaim_dead(redis.Redis.from_url(redis_url), KEYS, 0)
+        await f.push([entry(f"https://h/{u}", host="h", score=-5 if u == "high" else 0) for u in ("a", "b", "high")])
+        taken = await f.lease(5)
+        assert [json.loads(p)["url"] for p in payloads(taken)] == ["https://h/high", "https://h/a", "https://h/b"]
+        assert await f.unlease(taken[:1]) == 1
+        restored, _ = reclaim_dead(redis.Redis.from_url(redis_url), KEYS, 0)
         served = [json.loads(p)["url"] for p in payloads(await Frontier(r, KEYS, "n2").lease(10))]
         return restored, served, await r.hget(KEYS.politeness_prefix + "@inflight", "h")
 
     redis.Redis.from_url(redis_url).zadd(KEYS.nodes, {"n1": 0})  # a node whose last heartbeat is long past
     restored, served, inflight = run(with_frontier(redis_url, go))
     assert restored == 2
-    assert served == ["https://h/high", "https://h/new", "https://h/old"]
+    assert served == ["https://h/high", "https://h/a", "https://h/b"]
     assert inflight == b"3"  # n2's three leases; n1's were all ended
 
 
@@ -421,15 +416,9 @@ def test_a_host_at_its_cap_is_parked_and_back_with_the_acknowledgement_below_it(
         await f.push([], acks=a_leases[:1])
         assert await r.zscore(KEYS.slots, "a") <= time.time() * 1000 + 1000
         assert len(await f.lease(10)) == 1
-        # a lease written by an earlier version (the JSON -> '<score>\t<host>'): its host is
-        # read in Redis
-        old = a_leases[1]
-        await r.hdel(f.lease_key, old.field)
-        await r.hset(f.lease_key, old.payload, "0\ta")
-        await f.push([], acks=[old.payload])
         return int(await r.hget(KEYS.politeness_prefix + "@inflight", "a"))
 
-    assert run(with_frontier(redis_url, go, concurrency_cap=2)) == 1
+    assert run(with_frontier(redis_url, go, concurrency_cap=2)) == 2  # a_leases[1] and the one just taken
 
 
 def test_a_capped_lease_takes_the_cap_from_each_host_and_more_hosts_for_what_is_missing(redis_url):

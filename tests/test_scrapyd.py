@@ -181,7 +181,7 @@ def test_scrapyd_deploy_and_two_scheduled_jobs_share_one_crawl(
         for package in ("crawler", "scrapy_frontier")
         for p in (ROOT / package).rglob("*.py")
     }
-    sources |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "scrapy_frontier" / "lua").glob("*.lua")}
+    sources |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "scrapy_frontier" / "lua").rglob("*.lua")}
     assert sources <= names, sorted(sources - names)
     # ... and the jobs can get them from nowhere else: scrapyd's directory and environment lack them.
     for package in ("crawler", "scrapy_frontier"):

@@ -1,52 +1,23 @@
--- frontier_lease: take up to n requests from the hosts that are due, moving them under this
--- node's lease. Walks the due hosts, an equal share from each; a host with fewer requests than
--- its share leaves the rest to the hosts after it, and a second round fills what is still missing.
--- With a concurrency cap the walk takes n / cap hosts (the cap from each, so a broad crawl pays
--- a host's fixed cost once per cap requests, not once per request), and more hosts, due next,
--- only for what those could not give (at most 2n hosts a call).
--- Politeness, shared by every worker (the rate rule: politeness_policy): a host with a rate
--- gives one request per 1/rate seconds (the host's 'next' time), a paused host (Retry-After)
--- nothing before 'pause_until', a host at its concurrency cap nothing until a lease of it ends.
--- Such a host is re-scored to the time it is due, so it never holds back the others; a host at
--- its cap is parked PARK_MS ahead, and the acknowledgement that takes it below the cap
--- (frontier_push) brings it back at once, so no call walks over capped hosts.
--- What the walk needs of every host is read for all of them first, each in one command: the
--- leases in flight (the shard's in-flight hash, <politeness prefix>@inflight: host -> count,
--- absent = 0), whether the host has politeness state to read (in the limited set, a live rate,
--- or a default rate: else its politeness hash is not read), and whether it has priorities
--- other than 0 (@ranked, frontier_queue); the new scores and counts are written at the end,
--- each in one command. So a host costs its LPOP (and an EXISTS when it gave as many as asked:
--- is its list gone?), and its HMGET only when it has a rate or is limited.
--- The lease hash and the in-flight hash hold one more field each, '@' (HASH_MARK), whose value
--- is longer than Redis's hash-max-listpack-value (64 bytes by default): the hash is then kept in
--- the hashtable encoding, where setting, finding and deleting a field costs the same however many
--- the hash holds (in a listpack each is a scan from its start: 11 % of Redis's work in a broad
--- crawl, for the two). It is written with the leases (or counts) of every call, in the same HSET
--- (Redis converts before it inserts), is no lease and no host, and every reader of a lease hash
--- skips it (lease_count, frontier_restore, frontier_status, Frontier.lease_fields); the in-flight
--- hash is read by host only.
--- Every key is of one frontier shard (one hash slot on a Redis Cluster); times are the server's.
--- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] this node's lease hash,
--- KEYS[3] rates hash (the shard's copy of <spider>:rates), KEYS[4] the shard's seen feed,
--- KEYS[5] (optional; only on a Redis that is not a cluster, being of another slot) the nodes index
--- (<spider>:nodes): while it holds one node, the feed is not read (frontier_push writes none
--- then) and the node's place in it is kept for when it is not
--- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n,
--- ARGV[3] default rate (requests/second, 0 = none), ARGV[4] concurrency cap per host (0 = none),
--- ARGV[5] politeness prefix (+ host = the host's politeness hash), ARGV[6] the last seen-feed
--- entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this node's
--- id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique to the
--- call among this node's: the node's count of calls, and a '.')
--- Returns: first, in how many ms the earliest queued host is due (0: now, and always 0 after a
--- call that leased; -1: nothing queued), so an idle worker can sleep until then instead of
--- polling (a duration, not a time: a worker's clock is never compared with the server's); then
--- the seen feed (frontier_push): the id of the last entry read ('' without a feed), k, and the
--- k fingerprint lists that other nodes pushed since ARGV[6]; then, for each host and priority
--- leased from: the host, the score, how many,
--- and the payloads as stored (the worker writes the JSON back: frontier.expand_payload). A
--- payload is leased as ARGV[9] .. k .. '\t' .. score .. '\t' .. host, k its place among the
--- payloads of its host in the reply (1, 2, ...): a few values a call, which int_text writes
--- once each, where a serial of the call was formatted once per request.
+-- frontier_lease: take up to n requests from the hosts that are due, under this node's lease, an
+-- equal share from each, within every host's politeness (politeness_policy) and concurrency cap.
+-- Every key but KEYS[5] is of one frontier shard (one hash slot on a Redis Cluster).
+-- KEYS[1] the shard's hosts index (<spider>:requests, score = when the host is due, Unix ms),
+-- KEYS[2] this node's lease hash, KEYS[3] rates hash (the shard's copy of <spider>:rates),
+-- KEYS[4] the shard's seen feed, KEYS[5] (optional, only on a Redis that is not a cluster) the nodes
+-- index (<spider>:nodes): while it holds one node, the feed is not read
+-- ARGV[1] queue prefix (+ host), ARGV[2] n, ARGV[3] default rate (requests/second, 0 = none),
+-- ARGV[4] concurrency cap per host (0 = none), ARGV[5] politeness prefix (+ host), ARGV[6] the last
+-- seen-feed entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this
+-- node's id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique among
+-- this node's calls: its count of calls, in hexadecimal, and a '.')
+-- Returns {due_in, feed_last, k, then k fingerprint lists, then for each host and priority leased
+-- from: host, score, m, then m payloads as stored}:
+--   due_in: in how many ms the earliest queued host is due (0: now, and always after a call that
+--     leased; -1: nothing queued): a duration, as a worker's clock is never compared with the server's
+--   feed_last: the id of the last seen-feed entry read ('' without a feed); the k lists: the
+--     fingerprints that other nodes pushed since ARGV[6] (as frontier_push writes them)
+-- Each payload is leased as the field ARGV[9] .. place .. '\t' .. score .. '\t' .. host -> the payload,
+-- place being its rank among its host's payloads in the reply (1, 2, ...).
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
@@ -57,9 +28,8 @@ local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 -- a parked host's score, as text: formatted once a call (only with a cap), not once a host
 local park_text = cap > 0 and string.format('%d', now + PARK_MS)
 local INFLIGHT = pprefix .. '@inflight'
--- no live rate at all (the usual case): no HMGET of the rates; no host limited, none with
--- priorities (most crawls, most of the time): no SMISMEMBER of those sets either
--- (one EXISTS for the three, each asked alone only when one of them is there)
+-- most crawls have no live rate, no host limited and none with priorities: one EXISTS for the
+-- three, and no HMGET or SMISMEMBER of them a batch
 local rates_key, limited_key, ranked_key = false, false, false
 if redis.call('EXISTS', KEYS[3], pprefix .. '@limited', prefix .. '@ranked') > 0 then
   rates_key = redis.call('EXISTS', KEYS[3]) == 1 and KEYS[3]
@@ -93,18 +63,14 @@ local function each(cmd, key, list)
   end
   return all
 end
--- the lease hash's entries: '<lease id>\t<score>\t<host>' -> the payload as stored (the lease
--- id: ARGV[9], this call's, and the request's place among its host's in the reply: placed), so
--- that an acknowledgement sends a few bytes, not the request, and no payload is copied
+-- the lease hash's entries (placed: each host's last place); a short field, so that an
+-- acknowledgement sends a few bytes, not the request
 local fields, call, placed, places = {}, ARGV[9], {}, false
--- each host's new score in the index (false: out of it; text where it is now or parked, as
--- most are) and new in-flight count, written at the end; the walk reads only its own lists of
--- hosts, never the index again
+-- each host's new score in the index (false: out of it) and in-flight count, written at the end:
+-- the walk never reads the index again
 local rescore, counted, held = {}, {}, {}
--- The due hosts, a batch at a time: with a cap, as many as can give the requests wanted (cap
--- each), so that a broad crawl takes cap requests a host visit, not one; the next batch only
--- while requests are still wanted (hosts with fewer to give, or fewer free of the cap). The
--- index is not written before the end, so an offset walks it. At most 2n hosts in all.
+-- The due hosts, a batch at a time (with a cap, n / cap of them: the cap from each), the next
+-- batch only while requests are still wanted; the index is written at the end, so an offset walks it
 local offset, visit_max = 0, 2 * want
 while want > 0 and offset < visit_max do
   local limit = want

@@ -1,49 +1,38 @@
--- frontier_push: queue new requests (skipping those the dupefilter has seen), then acknowledge
--- leases, then push dead letters, atomically and in that order: a lease is never released
--- before the requests it produced are queued.
--- Every key is of one frontier shard (one hash slot on a Redis Cluster): the requests pushed
--- are of the shard's hosts, the leases acknowledged in the shard's lease hash of this node.
--- KEYS[1] dupefilter, KEYS[2] the shard's hosts index (<spider>:requests), KEYS[3] this node's
--- lease hash, KEYS[4] failed list (unsharded; a sharded crawl pushes dead letters apart and
--- passes KEYS[2] here with n_failed 0), KEYS[5] forgotten set, KEYS[6] Bloom layout hash,
--- KEYS[7] the shard's seen feed (a stream: what every worker's local first look learns from),
--- KEYS[8] (optional; only on a Redis that is not a cluster, being of another slot) the nodes
--- index (<spider>:nodes): while it holds one node, the seen feed is not written (nobody to tell;
--- a node that joins is in it before its first push or lease)
--- ARGV[1] queue prefix (+ host = the host's queue),
--- ARGV[2] n_groups, ARGV[3] n_ack_groups, ARGV[4] n_failed, then
---   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host
---     and priority, oldest first; (dedup key, member) is, packed, a bucket's key and the
---     fingerprint's int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
---   n_ack_groups x (host ('' for start URLs' leases, '?' when unknown: each lease's own is read),
---     k, then k lease fields (frontier_lease: '<lease id>\t<score>\t<host>'));
---   n_failed x dead-letter entry (JSON), then the last ten:
---   politeness prefix (+ host = the host's politeness hash), Bloom bits prefix,
---   dedup layout ('packed', 'set', 'zset', 'bloom'), recrawl age (ms), Bloom capacity, Bloom
---   error rate, concurrency cap per host (0 = none), report duplicates (1/0), this node's id,
---   seen feed length (entries kept, about; 0 = no feed)
--- The fingerprints new to the dupefilter go to the seen feed in one XADD (fields n = node id,
--- f = their packed members, or hex fingerprints, joined by ','), which frontier_lease hands to
--- the other workers: a worker skips a link that any worker queued, not only one it queued
--- itself, so N workers do not each check every URL in Redis (one SADD per worker).
--- Per group one RPUSH of its new requests; the acknowledgements in a few commands whatever
--- their hosts (below); the acknowledgement that takes a host below its cap brings it back in
--- the hosts index now (frontier_lease parked it).
--- The time (a new host's due time, the recrawl age) is the server's (redis_time).
+-- frontier_push: queue new requests (those the dupefilter has not seen), then acknowledge leases,
+-- then push dead letters, atomically and in that order: no lease ends before its children are queued.
+-- Every key but KEYS[8] is of one frontier shard (one hash slot on a Redis Cluster).
+-- KEYS[1] dupefilter, KEYS[2] the shard's hosts index (<spider>:requests), KEYS[3] this node's lease
+-- hash, KEYS[4] failed list (a sharded crawl pushes dead letters apart: KEYS[2] here, n_failed 0),
+-- KEYS[5] forgotten set, KEYS[6] Bloom layout hash, KEYS[7] the shard's seen feed (a stream),
+-- KEYS[8] (optional, only on a Redis that is not a cluster) the nodes index (<spider>:nodes): while
+-- it holds one node, the seen feed is not written
+-- ARGV[1] queue prefix (+ host = the host's queue), ARGV[2] n_groups, ARGV[3] n_ack_groups,
+-- ARGV[4] n_failed, then
+--   n_groups x (host, score, k, then k x (dedup key, member, payload)): the requests of one host and
+--     priority, oldest first; (dedup key, member) is, packed, a bucket's key and the fingerprint's
+--     int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
+--   n_ack_groups x (host ('' for start URLs' leases), k, then k lease fields), one group a host;
+--   n_failed x dead-letter entry (JSON); then the last ten:
+--   politeness prefix (+ host), Bloom bits prefix, dedup layout ('packed', 'set', 'zset', 'bloom'),
+--   recrawl age (ms), Bloom capacity, Bloom error rate, concurrency cap per host (0 = none), report
+--   duplicates (1/0), this node's id, seen feed length (entries kept, about; 0 = no feed)
+-- The seen feed gets one entry a call: n = node id, f = the new fingerprints (packed members, or
+-- hex) joined by ','.
+-- Placeholder SEGMENT_BITS (dupefilter_seen).
 -- Returns how many requests were queued; with report 1, {queued, then the ARGV index of each
--- duplicate's payload} (the caller logs them: Scrapy's dupefilter log, DUPEFILTER_DEBUG).
+-- duplicate's payload}.
 --! include redis_time
 --! include frontier_queue
 local prefix = ARGV[1]
 local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
 local pprefix, BITS = ARGV[#ARGV - 9], ARGV[#ARGV - 8]
-local MODE, AGE, CAP0, ERR = ARGV[#ARGV - 7], tonumber(ARGV[#ARGV - 6]), tonumber(ARGV[#ARGV - 5]), tonumber(ARGV[#ARGV - 4])
+local MODE, AGE = ARGV[#ARGV - 7], tonumber(ARGV[#ARGV - 6])
+local CAP0, ERR = tonumber(ARGV[#ARGV - 5]), tonumber(ARGV[#ARGV - 4])
 local CAP = tonumber(ARGV[#ARGV - 3])
 local duplicates = ARGV[#ARGV - 2] == '1' and {} or nil
 local NODE, FEED = ARGV[#ARGV - 1], ARGV[#ARGV]
 local fed = FEED ~= '0' and {} or nil
--- the server's time, read when first needed (a new host in the index, a host back below its
--- cap, the recrawl age): most pushes of a crawl under way need none
+-- the server's time, read when first needed: most pushes of a crawl under way need none
 local NOW, now_text = false, false
 local function clock()
   if not now_text then NOW, now_text = redis_now_ms() end
@@ -61,30 +50,25 @@ for _ = 1, ng do
   i = i + 3
   local new, nnew = {}, 0
   for _ = 1, k do
+    -- fresh: new to the dupefilter (or not checked); fp: what the seen feed carries (false: nothing)
     local a = argv[i]
+    local fresh, fp
     if a == '' then
-      nnew = nnew + 1
-      new[nnew] = argv[i + 2]
+      fresh, fp = true, false
     elseif packed then
-      -- seen_add_packed, inline: one SADD to the bucket a of the member (a link a push)
-      local member = argv[i + 1]
-      if call('SADD', a, member) == 1 then
-        packed_added = packed_added + 1
-        nnew = nnew + 1
-        new[nnew] = argv[i + 2]
-        if fed then
-          nfed = nfed + 1
-          fed[nfed] = member
-        end
-      elseif duplicates then
-        duplicates[#duplicates + 1] = i + 2
-      end
-    elseif seen_add(a) then
+      -- seen_add's packed check, inline: one SADD of the member to its bucket a
+      fp = argv[i + 1]
+      fresh = call('SADD', a, fp) == 1
+      if fresh then packed_added = packed_added + 1 end
+    else
+      fresh, fp = seen_add(a), a
+    end
+    if fresh then
       nnew = nnew + 1
       new[nnew] = argv[i + 2]
-      if fed then
+      if fp and fed then
         nfed = nfed + 1
-        fed[nfed] = a
+        fed[nfed] = fp
       end
     elseif duplicates then
       duplicates[#duplicates + 1] = i + 2
@@ -101,55 +85,37 @@ queued_flush(prefix)
 if nfed > 0 and not (KEYS[8] and call('ZCARD', KEYS[8]) < 2) then
   call('XADD', KEYS[7], 'MAXLEN', '~', FEED, '*', 'n', NODE, 'f', table.concat(fed, ','))
 end
--- the acknowledgements: the leases of the hosts the caller named in one HDEL (with one HMGET
--- first when they are of several hosts, to count each host's: a lease reclaimed meanwhile is
--- not there any more), each '?' lease looked up; then the in-flight counts of every host that
--- ended leases in one HMGET and one HSET (one HDEL for those back to 0)
+-- the acknowledgements: one HDEL (and, for several hosts, one HMGET first: a lease reclaimed
+-- meanwhile is gone and ends nothing), then the in-flight counts in one HMGET and one HSET
 local INFLIGHT = pprefix .. '@inflight'
 local ended = {}
-if na == 1 and argv[i] ~= '?' then
-  -- the leases of one host (a single-host crawl's every push): one HDEL straight from ARGV
+if na == 1 then
+  -- one host's leases (most pushes: the page's own lease): one HDEL straight from ARGV
   local host, k = argv[i], int_of(argv[i + 1])
   i = i + 2
   local n = 0
   for j = i, i + k - 1, 1000 do n = n + call('HDEL', KEYS[3], unpack(argv, j, math.min(j + 999, i + k - 1))) end
   if host ~= '' and n > 0 then ended[host] = n end
   i = i + k
-else
-  local named, owner, nnamed, owners = {}, {}, 0, 0
+elseif na > 1 then
+  local named, owner, nnamed = {}, {}, 0
   for _ = 1, na do
     local host, k = argv[i], int_of(argv[i + 1])
     i = i + 2
-    if host == '?' then
-      for j = i, i + k - 1 do
-        local val = call('HGET', KEYS[3], argv[j])
-        if val then
-          local _, h = lease_of(argv[j], val)
-          call('HDEL', KEYS[3], argv[j])
-          if h ~= '' then ended[h] = (ended[h] or 0) + 1 end
-        end
-      end
-    else
-      owners = owners + 1
-      for j = i, i + k - 1 do
-        nnamed = nnamed + 1
-        named[nnamed], owner[nnamed] = argv[j], host
-      end
+    for j = i, i + k - 1 do
+      nnamed = nnamed + 1
+      named[nnamed], owner[nnamed] = argv[j], host
     end
     i = i + k
   end
-  if owners > 1 then
-    for j = 1, nnamed, 1000 do
-      local vals = call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, nnamed)))
-      for k = 1, #vals do
-        local h = owner[j + k - 1]
-        if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
-      end
+  for j = 1, nnamed, 1000 do
+    local vals = call('HMGET', KEYS[3], unpack(named, j, math.min(j + 999, nnamed)))
+    for k = 1, #vals do
+      local h = owner[j + k - 1]
+      if vals[k] and h ~= '' then ended[h] = (ended[h] or 0) + 1 end
     end
   end
-  local n = 0
-  for j = 1, nnamed, 1000 do n = n + call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, nnamed))) end
-  if owners == 1 and owner[1] ~= '' and n > 0 then ended[owner[1]] = (ended[owner[1]] or 0) + n end
+  for j = 1, nnamed, 1000 do call('HDEL', KEYS[3], unpack(named, j, math.min(j + 999, nnamed))) end
 end
 local hs = {}
 for h in pairs(ended) do hs[#hs + 1] = h end

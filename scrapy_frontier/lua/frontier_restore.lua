@@ -1,22 +1,20 @@
--- frontier_restore: put every lease of some lease hashes (a node leaving, or nodes found dead)
--- back where it came from: a request in its host's queue, a raw start URL in the start URLs;
--- the hashes are deleted. The keys are of one hash slot: a shard's index and lease hashes
--- (KEYS[2] = KEYS[1]), or, in a sharded crawl, the start URLs and start-URL lease hashes.
+-- frontier_restore: put every lease of some lease hashes (a node leaving, or nodes found dead) back
+-- where it came from, in the order it was taken: a request at the front of its host's queue, a raw
+-- start URL in the start URLs; the hashes are deleted.
+-- The keys are of one hash slot: a shard's index and lease hashes (KEYS[2] = KEYS[1]), or, in a
+-- sharded crawl, the start URLs and start-URL lease hashes.
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] start URLs (list or set),
 -- KEYS[3...] lease hashes
 -- ARGV[1] queue prefix (+ host), ARGV[2] politeness prefix (+ host), ARGV[3] start URLs as a
 -- set (1/0), ARGV[4] lease field prefix of a raw start URL
--- Returns how many leases were restored. Leases are put back in the order they were taken,
--- each host's first at the front of its list, so they are served in it again: a lease hash is
--- a hashtable (frontier_lease's mark), whose order is no order, so the leases are sorted by
--- their lease id (the call's number, in hexadecimal, then the lease's place among its host's);
--- a lease without one (a start URL, or written by an earlier version) keeps the hash's order.
+-- Returns how many leases were restored.
 --! include redis_time
 --! include frontier_queue
 local now = redis_now_ms()
 local prefix, pprefix, as_set, start_prefix = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local restored = 0
--- the order a lease was taken in: {call, place, index in the hash}
+-- the order a lease was taken in, from its lease id: {call, place, index in the hash}; a start
+-- URL's lease has no lease id and keeps the hash's order (a hashtable's: none in particular)
 local function taken_at(member, j)
   local call, place = string.match(member, '^(%x+)%.(%d+)\t')
   if call then return {tonumber(call, 16), tonumber(place), j} end

@@ -3,10 +3,9 @@
 -- KEYS[1] the shard's hosts index (<spider>:requests), KEYS[2] dupefilter, KEYS[3] Bloom layout hash
 -- ARGV[1] queue prefix (+ host), ARGV[2] lease prefix (+ node), ARGV[3] deep (1: the queued
 -- requests too), ARGV[4...] the registered nodes
--- Returns {hosts, queued requests (0 unless deep), leases, fingerprints seen}.
--- The queued requests are the shard's count (<queue prefix>@queued, frontier_queue); a shard
--- without one (new, or queued by a version that kept none) is counted once, every host's
--- lists, and the count kept from then on.
+-- Returns {hosts, queued requests (0 unless deep), leases, fingerprints seen}. A deep call on a shard
+-- that has queues but no count yet (<queue prefix>@queued, frontier_queue) counts every host's lists
+-- once and writes the count, which the scripts keep from then on.
 --! include frontier_queue
 local hosts = redis.call('ZCARD', KEYS[1])
 local depth = 0

@@ -1,8 +1,6 @@
 #!lua flags=allow-oom
--- nodes_info: write a node's facts (<spider>:nodes:<node>, shown by scrapy status) and their TTL,
--- at each heartbeat.
--- allow-oom (the shebang, Redis 7): it runs when Redis is at maxmemory, as nodes_beat does; it
--- rewrites the same handful of fields of one small hash per live node.
+-- nodes_info: write a node's facts (<spider>:nodes:<node>, shown by scrapy status) and their TTL, at
+-- each heartbeat; it runs when Redis is at maxmemory (allow-oom), as nodes_beat does.
 -- KEYS[1] the node's info hash
 -- ARGV[1] TTL (ms), then field and value pairs
 -- Returns 1.

@@ -1,11 +1,9 @@
--- dupefilter_seen: not a script of its own, the dedup functions included (--! include
--- dupefilter_seen) by dupefilter_add and frontier_push, so a request is checked against the
--- dupefilter and queued in one atomic call. Layouts: scrapy_frontier/dupefilter.py.
---
+-- dupefilter_seen (library): the dedup check, included by frontier_push and dupefilter_add, so that a
+-- request is checked and queued in one atomic call. Layouts: scrapy_frontier/dupefilter.py.
 -- The including script declares these locals first (Redis forbids new globals):
 --   D          the dupefilter key (<spider>:dupefilter): a set, or a sorted set with a recrawl age;
---              packed: the prefix of its buckets, D .. ':' .. n, sets of 64-bit integers that
---              Redis keeps as intsets (8 bytes a fingerprint), and their count in D .. ':count'
+--              packed: the prefix of its buckets, D .. ':' .. n, sets of 64-bit integers, and their
+--              count in D .. ':count'
 --   FORGOTTEN  the forgotten set (<spider>:dupefilter:forgotten): fingerprints let through once
 --   BLOOM      the Bloom layout hash (<spider>:dupefilter:bloom): cap0, err, n, count, <i>:cap,
 --              <i>:k, <i>:bits, <i>:count
@@ -15,11 +13,10 @@
 --   AGE        recrawl age (ms; 'zset' only): a fingerprint seen longer ago counts as new
 --   CAP0, ERR  capacity and error rate of the first Bloom filter of a new chain
 -- Placeholder SEGMENT_BITS: bits per Redis string of a Bloom filter (dupefilter.SEGMENT_BITS).
---
 -- Defines: seen_add(fp) -> true when the fingerprint fp (hex; packed: '<int64>@<bucket>',
--- DedupConfig.packed_member) was not seen before (and records it); bloom_flush(), to call once
--- after the last seen_add (writes the Bloom and packed counters back: frontier_push, which
--- checks a packed member with its own SADD, adds what it recorded to packed_added first).
+-- DedupConfig.packed_member) was not seen before, and records it; bloom_flush(), to call once after
+-- the last seen_add: writes the Bloom counters and packed_added (packed fingerprints recorded, which a
+-- caller that checks packed members with its own SADD adds to) back.
 local SEG = @SEGMENT_BITS@
 local forgotten_any = MODE ~= 'packed' and redis.call('EXISTS', FORGOTTEN) == 1
 local layout = nil
@@ -52,7 +49,10 @@ local function bloom_layout()
   if raw.n then
     t.cap0, t.err, t.n = raw.cap0, raw.err, raw.n
     for i = 0, t.n - 1 do
-      t.f[i] = {cap = raw[i .. ':cap'], k = raw[i .. ':k'], bits = raw[i .. ':bits'], count = raw[i .. ':count'], key = BITS .. i .. ':'}
+      t.f[i] = {
+        cap = raw[i .. ':cap'], k = raw[i .. ':k'], bits = raw[i .. ':bits'], count = raw[i .. ':count'],
+        key = BITS .. i .. ':',
+      }
     end
   else
     t.cap0, t.err, t.n = CAP0, ERR, 0
@@ -62,10 +62,8 @@ local function bloom_layout()
   layout = t
   return t
 end
--- The k bit positions of a fingerprint in a filter, by enhanced double hashing (Dillinger and
--- Manolios, "Bloom Filters in Probabilistic Verification", 2004): plain double hashing lets
--- two fingerprints share all k positions far more often than 1/m^k in small filters. Every
--- value stays below the filter's size (< 2^42), so doubles keep it exact.
+-- The k bit positions of a fingerprint in a filter, by enhanced double hashing (docs/scripts.md);
+-- every value stays below the filter's size (< 2^42), so doubles keep it exact.
 local function bloom_positions(filter, h1, h2)
   local bits, out = filter.bits, {}
   local a, b = math.fmod(h1, bits), math.fmod(h2, bits)
