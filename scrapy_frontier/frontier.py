@@ -195,9 +195,8 @@ class Frontier:
                 originals[(e.host, e.score)].append(e.payload)
         ack_groups: dict[bytes, list[bytes]] = defaultdict(list)
         for a in acks:
-            # the lease's host, so the script needs no HGET to find it ('?': the script looks)
-            host = lease_host(a)
-            ack_groups[b"?" if host is None else host].append(a)
+            # the lease's host, so the script needs no HGET to find it
+            ack_groups[lease_host(a)].append(a)
         args: list[Any] = [sh.queue_prefix, len(groups), len(ack_groups), len(failed)]
         full: dict[int, str] | None = {} if report else None
         for key, group in groups.items():

@@ -44,10 +44,9 @@ def expand_payload(stored: bytes, host: bytes) -> bytes:
     return b'{"url":"https://' + host + stored
 
 
-def lease_host(field: bytes) -> bytes | None:
-    """The host of a lease field (:class:`Lease`), ``b""`` for a start URL's, ``None`` for one
-    written by an earlier version (the payload's JSON: its host is in the lease hash's value)."""
+def lease_host(field: bytes) -> bytes:
+    """The host of a lease field (``<lease id>\\t<score>\\t<host>``,
+    :class:`~scrapy_frontier.frontier.Lease`), ``b""`` for a start URL's."""
     if field.startswith(START_PREFIX):
         return b""
-    tab = field.rfind(b"\t")
-    return field[tab + 1 :] if tab >= 0 else None
+    return field[field.rfind(b"\t") + 1 :]

@@ -116,6 +116,20 @@ def test_join_refuses_a_crawl_of_an_unreleased_format_in_one_line(redis_url, cap
     client.close()
 
 
+def test_join_refuses_a_crawl_holding_leases_of_an_unreleased_format(redis_url, caplog):
+    client = redis.Redis.from_url(redis_url)
+    assert join_once(crawler_of(redis_url)) is not None
+    client.hset("probe:leases:n1", mapping={b'{"url":"https://h/a"}': b"0\th", b"1.1\t0\th": b"/b"})
+    crawler = crawler_of(redis_url)
+    with caplog.at_level(logging.ERROR):
+        assert join_once(crawler, "n2") is None
+    (line,) = errors(caplog)
+    assert "'probe' has 1 lease held in a format" in line and "start it over" in line
+    client.hdel("probe:leases:n1", '{"url":"https://h/a"}')
+    assert join_once(crawler_of(redis_url), "n3") is not None  # leases of the current format only
+    client.close()
+
+
 def test_join_refuses_start_urls_of_the_wrong_type_and_an_unreachable_redis(redis_url, caplog):
     client = redis.Redis.from_url(redis_url)
     client.sadd("probe:start_urls", "http://a.example/")

@@ -24,11 +24,13 @@ from scrapy_frontier.connection import (
 from scrapy_frontier.deadletter import DeadLetters
 from scrapy_frontier.dupefilter import CLUSTER_SHARDS, DedupConfig, DupefilterMismatch, fingerprinter_id, record_shards
 from scrapy_frontier.dupefilter import claim as claim_dupefilter
-from scrapy_frontier.frontier import Frontier
+from scrapy_frontier.frontier import LEASE_MARK, Frontier
 from scrapy_frontier.keys import Keys, register
 from scrapy_frontier.nodes import Heartbeat, server_clock
+from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.redis_health import REDIS_FAILURES, RedisHealth
 from scrapy_frontier.scheduler.seen_cache import SeenCache
+from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -136,6 +138,21 @@ async def join(
             keys.dupefilter_meta,
         )
         return None
+    try:
+        old = 0 if claimed else await old_format_leases(client, keys.with_shards(shards))
+    except REDIS_FAILURES as exc:
+        fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+        return None
+    if old:
+        fail_at_open(
+            crawler,
+            "The crawl %r has %s held in a format of a development version of scrapy-frontier that this "
+            "version cannot give back: finish the crawl with that version, or start it over (another "
+            "CRAWL_ID, or delete its keys)",
+            keys.crawl,
+            plural(old, "lease"),
+        )
+        return None
     dedup = config.dedup.for_stored(meta)
     if claimed:
         logger.info(
@@ -193,6 +210,24 @@ async def join(
     logger.info("Joined the crawl %r on %s%s as node %s", keys.crawl, redact_url(url), layout, node_id)
     dead = DeadLetters(client, config.dead_letter_dir)
     return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen))
+
+
+async def old_format_leases(client: Any, keys: Keys) -> int:
+    """How many leases of the crawl's registered nodes are not in the lease field format
+    (``<lease id>\\t<score>\\t<host>``, or a start URL's): such a lease, written by a development
+    version, would be given back broken. One ``HKEYS`` per node and shard, pipelined: a joining
+    worker's one look at what the crawl's nodes hold."""
+    nodes = [text(n) for n in await client.zrange(keys.nodes, 0, -1)]
+    if not nodes:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for node in nodes:
+            for sh in keys.all_shards():
+                pipe.hkeys(sh.leases(node))
+        replies = await pipe.execute()
+    return sum(
+        1 for fields in replies for f in fields if b"\t" not in f and f != LEASE_MARK and not f.startswith(START_PREFIX)
+    )
 
 
 def shards_for(config: SchedulerConfig, client: Any) -> int:
