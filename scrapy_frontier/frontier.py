@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from scrapy_frontier.keys import Keys, Shard
 
 #: A field of every lease hash that is not a lease: its value, longer than Redis's
-#: ``hash-max-listpack-value``, keeps the hash in the hashtable encoding (``lua/frontier_lease.lua``).
+#: ``hash-max-listpack-value``, keeps the hash in the hashtable encoding (docs/scripts.md, "Lease hashes").
 #: Readers of a lease hash skip it; ``lua/lease_count.lua`` counts the leases without it.
 LEASE_MARK = b"@"
 #: Shards one refill visits at most, concurrently (a sharded crawl).

@@ -355,8 +355,8 @@ class Keys:
     @property
     def lease_prefix(self) -> str:
         """In-flight requests of a node: hash ``<spider>:leases:<node>`` of
-        ``<lease id>\\t<score>\\t<host>`` -> the payload as its queue stored it (frontier.Lease; an
-        earlier version's: payload -> ``score\\thost``); a raw start URL is the field
+        ``<lease id>\\t<score>\\t<host>`` -> the payload as its queue stored it (frontier.Lease);
+        a raw start URL is the field
         :data:`START_LEASE_PREFIX` + payload, value a tab."""
         return f"{self.crawl}:leases:"
 

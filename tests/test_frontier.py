@@ -448,12 +448,12 @@ def test_a_capped_lease_takes_the_cap_from_each_host_and_more_hosts_for_what_is_
     assert [h for h in by_host if h in second] == by_host[:2] and all(second.count(h) == 1 for h in by_host[:2])
 
 
-def test_the_queued_count_follows_pushes_leases_and_returns_and_is_made_once_for_an_old_queue(redis_url):
+def test_the_queued_count_is_made_by_the_first_deep_status_and_follows_pushes_leases_and_returns(redis_url):
     counter = KEYS.queue_prefix + "@queued"
 
     async def go(f, r):
         await f.push([entry(f"a{i}", host="a") for i in range(4)] + [entry("b0", host="b")])
-        # queues written without a count (an earlier version): counted host by host once, then kept
+        # a shard has no count until its first deep status counts it host by host; then it is kept
         assert not await r.exists(counter)
         assert (await f.status(deep=True)).depth == 5
         assert int(await r.get(counter)) == 5
