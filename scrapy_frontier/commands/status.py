@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import redis as redis_module
 from scrapy.settings import Settings
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -142,9 +142,7 @@ class Command(RedisCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except redis_module.exceptions.RedisError as exc:
-            return self._fail(
-                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
-            )
+            return self._fail(f"REDIS_URL {redact_url(read_value(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         try:
             if opts.json:
                 write_out(json.dumps({"crawls": crawls}, ensure_ascii=False))

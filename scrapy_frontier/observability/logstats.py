@@ -62,7 +62,7 @@ class ClusterLogStats(LogStats):
         o._tasks = set()
         o._cluster_prev = None
         o._frontier = None
-        o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED", bool)
+        o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED")
         return o
 
     def log(self, spider: Spider) -> None:
