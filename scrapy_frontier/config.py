@@ -1,5 +1,6 @@
-"""Reading scrapy-frontier's settings: one reader, defaults from :mod:`scrapy_frontier.defaults`,
-and failing a crawl at start-up because of a setting: one log line, then a clean close."""
+"""Reading scrapy-frontier's settings: one reader, each setting's kind, bounds and default from
+:data:`scrapy_frontier.defaults.TABLE`; and failing a crawl at start-up because of a setting: one
+log line, then a clean close."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
-from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
+from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS, TABLE, Setting
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
@@ -59,9 +62,10 @@ def failed_at_open(crawler: Crawler) -> bool:
 
 
 def setting_or_env(settings: BaseSettings, name: str) -> Any:
-    """``name`` from ``settings`` when a settings source set it (anything above Scrapy's
-    ``default`` priority), else from the environment variable of the same name for the names in
-    :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`, else its default."""
+    """``name``'s raw value, not parsed: from ``settings`` when a settings source set it (anything
+    above Scrapy's ``default`` priority), else from the environment variable of the same name for
+    the names in :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`, else from ``settings`` or
+    its default. The add-on copies it into the settings; components use :func:`read_value`."""
     priority = settings.getpriority(name)
     if priority is not None and priority > 0 and settings.get(name) not in (None, ""):
         return settings.get(name)
@@ -70,89 +74,91 @@ def setting_or_env(settings: BaseSettings, name: str) -> Any:
     return settings.get(name, SETTINGS.get(name))
 
 
-def read_value(
-    settings: BaseSettings,
-    name: str,
-    kind: type,
-    *,
-    minimum: float | None = None,
-    above: float | None = None,
-    default: Any = None,
-) -> Any:
-    """Setting ``name`` as ``kind`` (``bool``, ``int``, ``float`` or ``str``), read as Scrapy's
-    typed getters read it (``getbool`` takes ``True``/``False``, ``1``/``0``, ``"true"``/``"false"``);
-    from the environment too for the names in :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`;
-    when unset or empty, ``default`` or else its default from
-    :data:`~scrapy_frontier.defaults.SETTINGS`. ``minimum`` is inclusive, ``above`` exclusive.
+def parse_value(setting: Setting, raw: Any) -> Any:
+    """``raw`` (a value given for ``setting``, not ``None`` nor empty) as ``setting.kind``, read as
+    Scrapy's typed getters read it (``getbool`` takes ``True``/``False``, ``1``/``0``,
+    ``"true"``/``"false"``; ``getdict`` a dict or its JSON), within ``setting.minimum``
+    (inclusive) and ``setting.above`` (exclusive); a ``str`` stripped, an ``object`` as given.
     Raises ``ValueError`` with a message that names the setting."""
-    raw = setting_or_env(settings, name) if name in FROM_ENVIRONMENT else settings.get(name)
-    if raw is None or raw == "":
-        raw = SETTINGS[name] if default is None else default
+    name, kind = setting.name, setting.kind
+    if kind is object:
+        return raw
     if kind is str:
         return str(raw).strip()
     from scrapy.settings import BaseSettings as Plain
 
-    getter = {int: Plain.getint, float: Plain.getfloat, bool: Plain.getbool}[kind]
+    getters: dict[type, Callable[[Plain, str], Any]] = {
+        int: Plain.getint,
+        float: Plain.getfloat,
+        bool: Plain.getbool,
+        dict: Plain.getdict,
+    }
     try:
-        value = getter(Plain({name: raw}), name)
+        value = getters[kind](Plain({name: raw}), name)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}") from None
-    if kind is not bool and value != value:  # NaN passes every comparison below
+    if kind in (bool, dict):
+        return value
+    if value != value:  # NaN passes every comparison below
         raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}")
+    minimum, above = setting.minimum, setting.above
     if (minimum is not None and value < minimum) or (above is not None and value <= above):
         bound = f">= {minimum}" if minimum is not None else f"> {above}"
         raise ValueError(f"Setting {name}={raw!r} is out of range: it must be {bound}")
     return value
 
 
-def read_setting(
-    crawler: Crawler,
-    name: str,
-    kind: type,
-    default: Any = None,
-    *,
-    minimum: float | None = None,
-    above: float | None = None,
-) -> Any:
+def read_value(settings: BaseSettings, name: str) -> Any:
+    """Setting ``name`` of :data:`~scrapy_frontier.defaults.TABLE`, parsed as its kind and checked
+    against its bounds (:func:`parse_value`); for the names in
+    :data:`~scrapy_frontier.defaults.FROM_ENVIRONMENT`, from the environment when no settings
+    source sets it; when unset or empty, its default (``None`` for a setting unset by default).
+    For code without a crawler (commands, the add-on). Raises ``ValueError`` with a message that
+    names the setting, ``KeyError`` for a name not in the table (a programming error)."""
+    setting = TABLE[name]
+    raw = setting_or_env(settings, name) if setting.env else settings.get(name)
+    if raw is None or raw == "":
+        return setting.default
+    return parse_value(setting, raw)
+
+
+def read_setting(crawler: Crawler, name: str) -> Any:
     """:func:`read_value` for a component of ``crawler``: a value that does not parse or is out of
     range is reported once with :func:`fail_at_open` (the crawl then stops with
-    ``config_error``) and the default is used meanwhile. ``default`` overrides the one in
-    :data:`~scrapy_frontier.defaults.SETTINGS`. Raises ``KeyError`` for a name that has no
-    default anywhere (a programming error)."""
-    if default is None:
-        default = SETTINGS[name]
-    if crawler.settings.get(name) is None and name not in FROM_ENVIRONMENT:
-        return default
+    ``config_error``) and the default is used meanwhile. Raises ``KeyError`` for a name not in
+    :data:`~scrapy_frontier.defaults.TABLE` (a programming error)."""
     try:
-        return read_value(crawler.settings, name, kind, minimum=minimum, above=above)
+        return read_value(crawler.settings, name)
     except ValueError as exc:
         fail_at_open(crawler, "%s", exc)
-        return default
+        return TABLE[name].default
 
 
-#: Scrapy's numeric settings checked at start (:func:`check_scrapy_settings`):
-#: ``(name, kind, minimum, exclusive lower bound)``. Each is read by Scrapy's own ``getint`` or
-#: ``getfloat`` (scrapy/core/downloader, scrapy/spidermiddlewares/depth.py,
+#: Scrapy's numeric settings checked at start (:func:`check_scrapy_settings`), each with its kind
+#: and bounds (its default is Scrapy's). Each is read by Scrapy's own ``getint`` or ``getfloat``
+#: (scrapy/core/downloader, scrapy/core/scraper.py, scrapy/spidermiddlewares/depth.py,
 #: scrapy/downloadermiddlewares/{retry,redirect}.py, scrapy/extensions/closespider.py), which
 #: would end the crawl in a traceback; ``CONCURRENT_REQUESTS=0`` would leave no request slot and
-#: the crawl would hang, and a negative delay, depth or size would be taken silently.
-SCRAPY_NUMERIC: tuple[tuple[str, type, float | None, float | None], ...] = (
-    ("CONCURRENT_REQUESTS", int, 1, None),
-    ("CONCURRENT_REQUESTS_PER_DOMAIN", int, 1, None),
-    ("CONCURRENT_REQUESTS_PER_IP", int, 0, None),
-    ("DOWNLOAD_TIMEOUT", float, None, 0),
-    ("DOWNLOAD_DELAY", float, 0, None),
-    ("DEPTH_LIMIT", int, 0, None),
-    ("RETRY_TIMES", int, 0, None),
-    ("DOWNLOAD_MAXSIZE", int, 0, None),
-    ("DOWNLOAD_WARNSIZE", int, 0, None),
-    ("REDIRECT_MAX_TIMES", int, 0, None),
-    ("CLOSESPIDER_TIMEOUT", float, 0, None),
-    ("CLOSESPIDER_TIMEOUT_NO_ITEM", int, 0, None),
-    ("CLOSESPIDER_ITEMCOUNT", int, 0, None),
-    ("CLOSESPIDER_PAGECOUNT", int, 0, None),
-    ("CLOSESPIDER_PAGECOUNT_NO_ITEM", int, 0, None),
-    ("CLOSESPIDER_ERRORCOUNT", int, 0, None),
+#: the crawl would hang, ``CONCURRENT_ITEMS=0`` would drop every item and link without a word, and
+#: a negative delay, depth or size would be taken silently.
+SCRAPY_NUMERIC: tuple[Setting, ...] = (
+    Setting("CONCURRENT_REQUESTS", None, int, minimum=1),
+    Setting("CONCURRENT_REQUESTS_PER_DOMAIN", None, int, minimum=1),
+    Setting("CONCURRENT_REQUESTS_PER_IP", None, int, minimum=0),
+    Setting("CONCURRENT_ITEMS", None, int, minimum=1),
+    Setting("DOWNLOAD_TIMEOUT", None, float, above=0),
+    Setting("DOWNLOAD_DELAY", None, float, minimum=0),
+    Setting("DEPTH_LIMIT", None, int, minimum=0),
+    Setting("RETRY_TIMES", None, int, minimum=0),
+    Setting("DOWNLOAD_MAXSIZE", None, int, minimum=0),
+    Setting("DOWNLOAD_WARNSIZE", None, int, minimum=0),
+    Setting("REDIRECT_MAX_TIMES", None, int, minimum=0),
+    Setting("CLOSESPIDER_TIMEOUT", None, float, minimum=0),
+    Setting("CLOSESPIDER_TIMEOUT_NO_ITEM", None, int, minimum=0),
+    Setting("CLOSESPIDER_ITEMCOUNT", None, int, minimum=0),
+    Setting("CLOSESPIDER_PAGECOUNT", None, int, minimum=0),
+    Setting("CLOSESPIDER_PAGECOUNT_NO_ITEM", None, int, minimum=0),
+    Setting("CLOSESPIDER_ERRORCOUNT", None, int, minimum=0),
 )
 
 
@@ -165,19 +171,21 @@ def check_scrapy_settings(settings: BaseSettings, crawler: Crawler | None) -> No
     instead."""
     from scrapy.settings import default_settings
 
-    for name, kind, minimum, above in SCRAPY_NUMERIC:
+    for setting in SCRAPY_NUMERIC:
+        name = setting.name
         priority = settings.getpriority(name)
         if priority is None:
             continue
         # CONCURRENT_REQUESTS_PER_IP is deprecated: reading its module attribute warns.
         scrapy_default = 0 if name == "CONCURRENT_REQUESTS_PER_IP" else getattr(default_settings, name)
         raw = settings[name]
-        try:
-            read_value(settings, name, kind, minimum=minimum, above=above, default=scrapy_default)
-        except ValueError as exc:
-            if crawler is None:
-                raise
-            fail_at_open(crawler, "%s", exc)
-            raw = None
+        if raw is not None and raw != "":
+            try:
+                parse_value(setting, raw)
+            except ValueError as exc:
+                if crawler is None:
+                    raise
+                fail_at_open(crawler, "%s", exc)
+                raw = None
         if raw is None or raw == "":
             settings.set(name, scrapy_default, priority)

@@ -26,7 +26,7 @@ import redis.asyncio.sentinel
 import redis.sentinel
 from redis.maint_notifications import MaintNotificationsConfig
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import read_value
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -104,7 +104,7 @@ def redact_url(url: str | None) -> str:
 
 
 def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
-    url = setting_or_env(settings, "REDIS_URL")
+    url = read_value(settings, "REDIS_URL")
     if not url or not isinstance(url, str):
         raise ConfigError("REDIS_URL is not set")
     problem = url_problem(url)
@@ -263,7 +263,7 @@ async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
     this at open, before any other component uses the client). Later clients made from the
     same settings in this process are cluster clients too."""
     client = shared_redis(crawler)
-    url = setting_or_env(crawler.settings, "REDIS_URL")
+    url = read_value(crawler.settings, "REDIS_URL")
     if (
         is_cluster(client)
         or _declared_cluster(crawler.settings, url) is not None

@@ -1,94 +1,535 @@
-"""Every setting scrapy-frontier adds, with its default: the one place defaults are written
-(as scrapy-redis's ``defaults.py``). docs/settings.md documents each one.
+"""Every setting scrapy-frontier adds, written once: name, default, type, bounds and meaning (as
+scrapy-redis's ``defaults.py`` keeps its defaults in one place).
 
-:func:`scrapy_frontier.config.read_setting` takes its defaults from :data:`SETTINGS`; the add-on
-(:mod:`scrapy_frontier.addon`) puts them in a crawl's settings at Scrapy's ``default`` priority.
+:func:`scrapy_frontier.config.read_setting` and :func:`~scrapy_frontier.config.read_value` take a
+setting's type, bounds and default from :data:`TABLE`; the add-on (:mod:`scrapy_frontier.addon`)
+puts :data:`SETTINGS` in a crawl's settings at Scrapy's ``default`` priority; the tables of
+docs/settings.md are written from :data:`GROUPS`::
+
+    python -m scrapy_frontier.defaults docs/settings.md
+
+rewrites them in place (without an argument: prints them).
 """
 
 from __future__ import annotations
 
+import re
+import sys
+from dataclasses import dataclass
 from typing import Any
 
-#: Settings that, when no settings source sets them, are read from the environment variable of the
-#: same name (twelve-factor style: containers and scrapyd jobs are configured through it).
-FROM_ENVIRONMENT = ("REDIS_URL", "MYSQL_URL", "LOG_JSON", "METRICS_ENABLED", "METRICS_HOST", "METRICS_PORT")
+from scrapy_frontier.keys import (
+    CRAWLS_KEY,
+    ITEMS_KEY,
+    SCHEDULER_DUPEFILTER_KEY,
+    SCHEDULER_QUEUE_KEY,
+    START_URLS_KEY,
+    STATS_KEY,
+)
 
-#: The longest start-URL payload accepted (bytes), by the scheduler and the ``push`` and
-#: ``forget`` commands.
-START_URLS_MAX_BYTES = 65_536
-#: The port range the metrics endpoint tries, first free port wins.
-METRICS_PORTS = "9410-9429"
-#: Longest Retry-After honoured (seconds), by the retry and the politeness middlewares.
-RETRY_AFTER_MAX = 300.0
 
-SETTINGS: dict[str, Any] = {
-    # Connections (scrapy-redis names).
-    "REDIS_URL": None,
-    "REDIS_PARAMS": {},
-    # None: detected from INFO cluster; True/False: declared.
-    "REDIS_CLUSTER": None,
-    "MYSQL_URL": None,
-    "SQLITE_PATH": "crawl.sqlite3",
-    # A crawl's name in Redis: keys are <spider>:... or, with CRAWL_ID, <spider>@<crawl id>:...
-    "CRAWL_ID": "",
-    # The frontier and its scheduler.
-    "FRONTIER_PREFETCH": 0,
-    # None: unsharded on a single Redis, dupefilter.CLUSTER_SHARDS on a Redis Cluster.
-    "FRONTIER_SHARDS": None,
-    # None: 1 on a Redis Cluster whose masters have replicas, else 0.
-    "FRONTIER_WAIT_REPLICAS": None,
-    "FRONTIER_WAIT_TIMEOUT": 1.0,
-    "FRONTIER_HEARTBEAT_INTERVAL": 5.0,
-    "FRONTIER_NODE_TIMEOUT": 0.0,
-    "FRONTIER_POLL_MAX": 1.0,
-    "FRONTIER_LOCAL_SEEN": 200_000,
-    "MAX_IDLE_TIME_BEFORE_CLOSE": 0.0,
-    "SCHEDULER_PERSIST": False,
-    "REDIS_START_URLS_BATCH_SIZE": 100,
-    "REDIS_START_URLS_MAX_BYTES": START_URLS_MAX_BYTES,
-    "REDIS_START_URLS_AS_SET": False,
-    "DEAD_LETTER_DIR": ".",
-    # The dupefilter.
-    "DUPEFILTER_MODE": "exact",
-    "DUPEFILTER_RECRAWL_AGE": 0.0,
-    # Exact layout of a new crawl: buckets for this many fingerprints (more just takes more memory).
-    "DUPEFILTER_CAPACITY": 10_000_000,
-    "DUPEFILTER_BLOOM_CAPACITY": 10_000_000,
-    "DUPEFILTER_BLOOM_ERROR_RATE": 1e-6,
-    # Politeness shared by every worker.
-    "POLITENESS_ENABLED": True,
-    "DOMAIN_RATE_LIMIT": 0.0,
-    "DOMAIN_RATE_LIMITS": {},
-    "DOMAIN_CONCURRENCY": 0,
-    "POLITENESS_REFRESH": 2.0,
-    "POLITENESS_MIN_FACTOR": 0.05,
-    "POLITENESS_RECOVERY_STEP": 0.1,
-    "POLITENESS_BASE_RATE": 10.0,
-    "ROBOTSTXT_CACHE_TTL": 86_400,
-    # Retries.
-    "RETRY_BACKOFF_BASE": 1.0,
-    "RETRY_BACKOFF_MAX": 60.0,
-    "RETRY_AFTER_MAX": RETRY_AFTER_MAX,
-    # Item pipelines.
-    "VALIDATION_ENABLED": True,
-    "REDIS_CACHE_ENABLED": True,
-    "REDIS_CACHE_TTL": 7 * 24 * 3600,
-    "REDIS_CACHE_ITEMS": False,
-    "REDIS_CACHE_CAPACITY": 10_000_000,
-    "REDIS_ITEMS_LIST": False,
-    "STORAGE_ENABLED": True,
-    "STORAGE_BATCH_SIZE": 200,
-    "STORAGE_FLUSH_INTERVAL": 0.0,
-    "STORAGE_RETRY_TIMEOUT": 60.0,
-    # None: the project's items module (STORAGE_ITEM_TYPES); no key field (STORAGE_DOCUMENT_KEY).
-    "STORAGE_ITEM_TYPES": None,
-    "STORAGE_DOCUMENT_KEY": None,
-    # Logs, metrics, memory.
-    "LOG_JSON": False,
-    "METRICS_ENABLED": True,
-    "METRICS_HOST": "127.0.0.1",
-    "METRICS_PORT": METRICS_PORTS,
-    "METRICS_REFRESH_INTERVAL": 5.0,
-    "CLUSTER_LOGSTATS_ENABLED": True,
-    "GC_FREEZE_ENABLED": True,
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``kind`` is ``bool``, ``int``, ``float``, ``str``, ``dict``, or ``object``
+    for a value used as given (a list, a class); ``default`` ``None`` means unset. ``minimum``
+    (inclusive) and ``above`` (exclusive) bound a number: the reader refuses a value outside
+    them. Checks that involve another setting stay with the component that reads it; the docs
+    then say them in ``range_doc``."""
+
+    name: str
+    default: Any
+    kind: type
+    minimum: float | None = None
+    above: float | None = None
+    #: The meaning, in markdown (docs/settings.md's "meaning" column, without the range).
+    doc: str = ""
+    #: What the default stands for, when its value does not say it: "`0` = <default_doc>".
+    default_doc: str = ""
+    #: The type as the docs name it, when not ``kind``'s name.
+    type_doc: str = ""
+    #: The range as the docs show it, when the component checks more than ``minimum``/``above``.
+    range_doc: str = ""
+    #: Read from the environment variable of the same name when no settings source sets it
+    #: (twelve-factor style: containers and scrapyd jobs are configured through it).
+    env: bool = False
+
+
+_CLUSTER_DOCS = "[operating.md](operating.md#past-one-redis-server-redis-cluster-and-sentinel)"
+
+#: The settings by group, in docs/settings.md's order (its ``## `` headings).
+GROUPS: dict[str, tuple[Setting, ...]] = {
+    "Connections": (
+        Setting(
+            "REDIS_URL",
+            None,
+            str,
+            env=True,
+            doc="Redis of the shared crawl, `redis://[user:password@]host:6379/0` (password percent-encoded, "
+            "[operating.md](operating.md#passwords-in-redis_url-and-mysql_url)); setting it turns on distributed "
+            "mode (the add-on `scrapy_frontier.addon.DistributedAddon` then sets `SCHEDULER` and "
+            "`DUPEFILTER_CLASS`). A database that is not a number is refused. Also a Redis Cluster node, "
+            "`rediss://` (TLS) or `redis+sentinel://host:26379[,host:port]/<master>[/<db>]` "
+            f"({_CLUSTER_DOCS})",
+        ),
+        Setting(
+            "REDIS_PARAMS",
+            {},
+            dict,
+            doc="extra `redis.Redis` arguments over the defaults: socket timeout 30 s, connect timeout 10 s, "
+            "retry on timeout, health check every 30 s (`decode_responses` and `url` are ignored)",
+        ),
+        Setting(
+            "REDIS_CLUSTER",
+            None,
+            bool,
+            default_doc="detected",
+            doc="whether `REDIS_URL` names a Redis Cluster node (unset: `INFO cluster` tells, once per process); "
+            f"the client is then redis-py's `RedisCluster` ({_CLUSTER_DOCS})",
+        ),
+        Setting(
+            "MYSQL_URL",
+            None,
+            str,
+            env=True,
+            doc="`mysql://user:password@host:port/db` (password percent-encoded; also `mysql+pymysql://`, "
+            "`mariadb://`; user `root` and port 3306 when left out); unset: SQLite. The database must exist; "
+            "tables are created",
+        ),
+        Setting("SQLITE_PATH", "crawl.sqlite3", str, doc="SQLite file when `MYSQL_URL` is unset"),
+    ),
+    "Redis key names": (
+        Setting(
+            "SCHEDULER_QUEUE_KEY",
+            SCHEDULER_QUEUE_KEY,
+            str,
+            doc="frontier key (and prefix of the per-host queues and of the failed-requests list)",
+        ),
+        Setting(
+            "SCHEDULER_DUPEFILTER_KEY",
+            SCHEDULER_DUPEFILTER_KEY,
+            str,
+            doc="dupefilter key (and prefix of its meta, Bloom and forgotten keys)",
+        ),
+        Setting("REDIS_START_URLS_KEY", START_URLS_KEY, str, doc="start-URL key"),
+        Setting("REDIS_ITEMS_KEY", ITEMS_KEY, str, doc="prefix of the item keys (cache, invalid, pending, list)"),
+        Setting("STATS_KEY", STATS_KEY, str, doc="the cluster totals' hash (scrapy-redis's name)"),
+        Setting(
+            "CRAWL_ID",
+            "",
+            str,
+            doc="a second crawl of the same spider in the same Redis database: `%(spider)s` and `%(name)s` expand "
+            "to `<spider>@<crawl id>`, and so do the keys named after the spider (`site@june:nodes`, ...). No "
+            "`:`, `@`, `*`, `?`, `[`, `]`, `{`, `}`, `\\` or white space, at most 100 characters",
+        ),
+        Setting(
+            "CRAWLS_KEY",
+            CRAWLS_KEY,
+            str,
+            doc="set of the crawls of this Redis database that a worker joined and that were not cleared since "
+            "(what `scrapy status` without a spider lists; the last worker of a finished crawl with "
+            "`SCHEDULER_PERSIST=False` clears it and removes it)",
+        ),
+    ),
+    "Scheduler and frontier": (
+        Setting(
+            "SCHEDULER_PERSIST",
+            False,
+            bool,
+            doc="keep the frontier and dupefilter when the crawl finishes (else the last worker clears them)",
+        ),
+        Setting("REDIS_START_URLS_AS_SET", False, bool, doc="start URLs in a set (SADD) instead of a list (LPUSH)"),
+        Setting("REDIS_START_URLS_BATCH_SIZE", 100, int, minimum=1, doc="start URLs taken per round trip"),
+        Setting(
+            "REDIS_START_URLS_MAX_BYTES",
+            65_536,
+            int,
+            minimum=1,
+            doc="larger start-URL payloads are refused (bytes); `scrapy push` and `scrapy forget` check it too",
+        ),
+        Setting(
+            "MAX_IDLE_TIME_BEFORE_CLOSE",
+            0.0,
+            float,
+            minimum=0,
+            doc="seconds the whole crawl must be idle before a worker exits; 0 = never",
+        ),
+        Setting(
+            "FRONTIER_PREFETCH",
+            0,
+            int,
+            minimum=0,
+            default_doc="`CONCURRENT_REQUESTS`",
+            doc="requests a worker takes per batch (and holds at most, beyond those in flight)",
+        ),
+        Setting(
+            "FRONTIER_SHARDS",
+            None,
+            int,
+            minimum=0,
+            default_doc="none on a single Redis, 16 on a Redis Cluster",
+            range_doc="0-16384",
+            doc="frontier shards of a new crawl, each one hash slot (hosts spread by CRC-32); recorded with the "
+            "crawl, and a worker set for another count refuses to start",
+        ),
+        Setting(
+            "FRONTIER_WAIT_REPLICAS",
+            None,
+            int,
+            minimum=0,
+            default_doc="1 on a Redis Cluster whose masters have replicas, else 0",
+            doc="replicas that must have a page's children pushed to other shards (`WAIT`) before its lease is "
+            f"acknowledged; a failover then cannot lose them ({_CLUSTER_DOCS})",
+        ),
+        Setting(
+            "FRONTIER_WAIT_TIMEOUT",
+            1.0,
+            float,
+            above=0,
+            doc="seconds a `WAIT` may take; a shorter answer is counted (`frontier/replica_wait_short`) and the "
+            "acknowledgement sent anyway",
+        ),
+        Setting("FRONTIER_HEARTBEAT_INTERVAL", 5.0, float, above=0, doc="seconds between heartbeats"),
+        Setting(
+            "FRONTIER_NODE_TIMEOUT",
+            0.0,
+            float,
+            minimum=0,
+            default_doc="6 x heartbeat",
+            range_doc=">= 2 x heartbeat",
+            doc="a worker silent this long (seconds) is dead and its leases go back to the frontier",
+        ),
+        Setting(
+            "FRONTIER_POLL_MAX", 1.0, float, above=0, doc="longest wait (seconds) between polls of an empty frontier"
+        ),
+        Setting(
+            "FRONTIER_LOCAL_SEEN",
+            200_000,
+            int,
+            minimum=0,
+            doc="fingerprints a worker remembers of what it and (from the seen feed, "
+            "[dedup.md](dedup.md#one-round-trip-per-batch)) the other workers queued, to skip duplicates before "
+            "Redis (cleared when full, and after a Redis outage; off on a Redis Cluster or Sentinel, where a "
+            "failover can lose recent pushes unseen)",
+        ),
+    ),
+    # The dupefilter's bounds are checked by scrapy_frontier.dupefilter.DedupConfig, which also
+    # checks a crawl's recorded layout; the capacities are read as floats so that 1e7 is accepted.
+    "Dupefilter": (
+        Setting(
+            "DUPEFILTER_MODE",
+            "exact",
+            str,
+            doc="`exact`: 64-bit fingerprints packed in intset buckets (about 9.4 bytes of Redis per URL; a crawl "
+            "with a scrapy-redis hex set keeps it); `set`: scrapy-redis's set of hex fingerprints (about 90 bytes "
+            "per URL); `bloom`: a scalable Bloom filter (about 3.8 bytes per URL at 1e-6) ([dedup.md](dedup.md))",
+        ),
+        Setting(
+            "DUPEFILTER_CAPACITY",
+            10_000_000,
+            float,
+            type_doc="int",
+            range_doc="1-2**40",
+            doc="URLs the packed exact layout of a new crawl is sized for (`/ 256` buckets, recorded with the "
+            "crawl); past twice that, memory per URL grows",
+        ),
+        Setting(
+            "DUPEFILTER_BLOOM_CAPACITY",
+            10_000_000,
+            float,
+            type_doc="int",
+            range_doc="1 to 2**40",
+            doc="URLs the first Bloom filter holds (its bits are allocated at once: 37.7 MB at the default rate); "
+            "each further filter holds twice as many as the one before",
+        ),
+        Setting(
+            "DUPEFILTER_BLOOM_ERROR_RATE",
+            1e-6,
+            float,
+            range_doc="between 0 and 1",
+            doc="false-positive rate of the whole Bloom chain: a new URL wrongly taken as seen, and never crawled",
+        ),
+        Setting(
+            "DUPEFILTER_RECRAWL_AGE",
+            0.0,
+            float,
+            range_doc=">= 0",
+            doc="exact mode only: seconds after which a seen URL is queued again when found; 0 = never",
+        ),
+    ),
+    "Item pipelines": (
+        Setting("VALIDATION_ENABLED", True, bool, doc="the validation pipeline"),
+        Setting("DEAD_LETTER_DIR", ".", str, doc="directory of the dead-letter JSON-lines files in embedded mode"),
+        Setting("REDIS_CACHE_ENABLED", True, bool, doc="the Redis cache pipeline (distributed mode only)"),
+        Setting(
+            "REDIS_CACHE_TTL",
+            7 * 24 * 3600,
+            int,
+            minimum=0,
+            doc="seconds a cached item lives (lean cache: its bucket, after its last write); 0 = forever",
+        ),
+        Setting(
+            "REDIS_CACHE_ITEMS",
+            False,
+            bool,
+            doc="keep the whole latest version of each item in the cache (about 2.5 KB a page), not only the "
+            "marker the unchanged skip needs (about 27 bytes); `scrapy forget --pattern` needs it "
+            "([items.md](items.md))",
+        ),
+        Setting(
+            "REDIS_CACHE_CAPACITY",
+            10_000_000,
+            int,
+            minimum=1,
+            doc="items the lean cache is sized for: `REDIS_CACHE_CAPACITY / 64` buckets",
+        ),
+        Setting("REDIS_ITEMS_LIST", False, bool, doc="also append every item to `<spider>:items`"),
+        Setting("STORAGE_ENABLED", True, bool, doc="the storage pipeline"),
+        Setting(
+            "STORAGE_ITEM_TYPES",
+            None,
+            object,
+            type_doc="list of str (comma-separated with `-s`)",
+            default_doc="the project's items module (package of the first `SPIDER_MODULES` entry + `.items`), "
+            "if it exists",
+            doc="import paths of the modules and classes whose item types are declared: their schemas are checked "
+            "at start, and replay rebuilds only them (and documents). Empty: none declared",
+        ),
+        Setting(
+            "STORAGE_DOCUMENT_KEY",
+            None,
+            str,
+            doc="field that keys an item without a schema in the `items` table (e.g. `url`); unset, or absent "
+            "from an item (or `None`, or empty): the item is keyed by a hash of its content",
+        ),
+        Setting("STORAGE_BATCH_SIZE", 200, int, minimum=1, doc="items per database write"),
+        Setting(
+            "STORAGE_FLUSH_INTERVAL",
+            0.0,
+            float,
+            minimum=0,
+            doc="seconds the first item of a batch waits for others; 0 = group commit: a batch is written as soon "
+            "as the writer is free, with every item that arrived while the one before was written",
+        ),
+        Setting(
+            "STORAGE_RETRY_TIMEOUT",
+            60.0,
+            float,
+            minimum=0,
+            doc="seconds to retry a lost database before the batch goes to `<spider>:items:pending`",
+        ),
+    ),
+    "Politeness and retries": (
+        Setting(
+            "POLITENESS_ENABLED",
+            True,
+            bool,
+            doc="the shared politeness middleware (send-time booking of each host's rate, 429/503 slow-downs); "
+            "the frontier still serves hosts in turn",
+        ),
+        Setting(
+            "DOMAIN_RATE_LIMIT",
+            0.0,
+            float,
+            minimum=0,
+            doc="requests/second per host for the whole crawl; 0 = no limit",
+        ),
+        Setting(
+            "DOMAIN_RATE_LIMITS",
+            {},
+            dict,
+            doc='per-host rates (`{"host": rate}`, rates >= 0), copied into `<spider>:rates` where none is set yet',
+        ),
+        Setting(
+            "DOMAIN_CONCURRENCY",
+            0,
+            int,
+            minimum=0,
+            doc="requests in flight per host across the cluster; 0 = no cap",
+        ),
+        Setting(
+            "POLITENESS_REFRESH",
+            2.0,
+            float,
+            above=0,
+            doc="seconds between re-reads of the live rates (slow-downs, pauses and Crawl-delays reach every "
+            "worker at once, by pub/sub)",
+        ),
+        Setting(
+            "POLITENESS_MIN_FACTOR",
+            0.05,
+            float,
+            above=0,
+            doc="the lowest a host's rate falls after 429/503s, as a fraction",
+        ),
+        Setting(
+            "POLITENESS_RECOVERY_STEP",
+            0.1,
+            float,
+            above=0,
+            doc="fraction of the rate regained per successful response",
+        ),
+        Setting(
+            "POLITENESS_BASE_RATE",
+            10.0,
+            float,
+            above=0,
+            doc="requests/second given to a host without a rate on its first 429/503",
+        ),
+        Setting("ROBOTSTXT_CACHE_TTL", 86_400, int, minimum=1, doc="seconds a robots.txt stays in the shared cache"),
+        Setting(
+            "RETRY_BACKOFF_BASE",
+            1.0,
+            float,
+            minimum=0,
+            doc="first retry delay (seconds); doubles per attempt, with jitter",
+        ),
+        Setting("RETRY_BACKOFF_MAX", 60.0, float, minimum=0, doc="longest retry delay (seconds)"),
+        Setting(
+            "RETRY_AFTER_MAX",
+            300.0,
+            float,
+            minimum=0,
+            doc="longest `Retry-After` obeyed (seconds); longer ones are capped",
+        ),
+    ),
+    "Logs, metrics and memory": (
+        Setting("LOG_JSON", False, bool, env=True, doc="every log line is one JSON object"),
+        Setting("METRICS_ENABLED", True, bool, env=True, doc="serve Prometheus metrics over HTTP"),
+        Setting(
+            "METRICS_HOST",
+            "127.0.0.1",
+            str,
+            env=True,
+            doc="address the metrics server binds (`0.0.0.0`: every interface, as in containers)",
+        ),
+        # Parsed by scrapy_frontier.observability.server.parse_ports.
+        Setting(
+            "METRICS_PORT",
+            "9410-9429",
+            str,
+            env=True,
+            type_doc="int or range",
+            doc="port of `/metrics`, or a range tried in order (workers on one host take the next free one); "
+            "0 = any free port",
+        ),
+        Setting(
+            "METRICS_REFRESH_INTERVAL",
+            5.0,
+            float,
+            above=0,
+            doc="seconds between a worker's Redis refreshes of the gauges and pushes of its counts to `<spider>:stats`",
+        ),
+        Setting(
+            "CLUSTER_LOGSTATS_ENABLED",
+            True,
+            bool,
+            doc="the progress line adds the whole crawl's figures (distributed mode); off: Scrapy's line for this "
+            "worker",
+        ),
+        Setting(
+            "GC_FREEZE_ENABLED",
+            True,
+            bool,
+            doc="once the spider is open, move every object alive to Python's permanent GC generation, out of the "
+            "full collections ([bench/README.md](../bench/README.md#what-storage-on-costs-a-worker))",
+        ),
+    ),
 }
+
+#: Every setting by name.
+TABLE: dict[str, Setting] = {s.name: s for group in GROUPS.values() for s in group}
+
+#: Every setting scrapy-frontier adds, with its default.
+SETTINGS: dict[str, Any] = {name: s.default for name, s in TABLE.items()}
+
+#: Settings that, when no settings source sets them, are read from the environment variable of the
+#: same name.
+FROM_ENVIRONMENT: tuple[str, ...] = tuple(name for name, s in TABLE.items() if s.env)
+
+
+# docs/settings.md
+
+
+def _shown(value: Any) -> str:
+    """``value`` as the docs write it: ``1`` for 1.0, ``1e-6`` for 1e-06."""
+    if isinstance(value, str):
+        return value
+    text = repr(value)
+    if isinstance(value, float):
+        text = re.sub(r"\.0$", "", text)
+        text = re.sub(r"e([+-])0*(\d)", r"e\1\2", text).replace("e+", "e")
+    return text
+
+
+def _default_text(s: Setting) -> str:
+    text = "unset" if s.default is None else "empty" if s.default == "" else f"`{_shown(s.default)}`"
+    if s.default_doc:
+        text += f" = {s.default_doc}"
+    return f"env `{s.name}`, else {text}" if s.env else text
+
+
+def _range_text(s: Setting) -> str:
+    if s.range_doc:
+        return f" [{s.range_doc}]"
+    bounds = [f">= {_shown(s.minimum)}"] if s.minimum is not None else []
+    bounds += [f"> {_shown(s.above)}"] if s.above is not None else []
+    return f" [{', '.join(bounds)}]" if bounds else ""
+
+
+def settings_markdown(group: str) -> str:
+    """The markdown table of ``group`` (a key of :data:`GROUPS`): setting, type, default, meaning
+    (with its range in brackets)."""
+    rows = ["| setting | type | default | meaning |", "|---|---|---|---|"]
+    for s in GROUPS[group]:
+        kind = s.type_doc or s.kind.__name__
+        rows.append(f"| `{s.name}` | {kind} | {_default_text(s)} | {s.doc}{_range_text(s)} |")
+    return "\n".join(rows)
+
+
+#: A generated table in docs/settings.md: its group's name in the first marker.
+_GENERATED = re.compile(
+    r'(?P<begin><!-- BEGIN settings table "(?P<group>[^"]+)"[^\n]*-->\n)'
+    r"(?P<table>.*?)"
+    r"(?P<end><!-- END settings table -->)",
+    re.DOTALL,
+)
+
+
+def settings_doc(text: str) -> str:
+    """``text`` (docs/settings.md) with the table between each pair of markers written anew from
+    :data:`GROUPS`; the rest, hand-written, as it is. Raises ValueError when a marker names no
+    group, or a group has no table or two."""
+    seen: list[str] = []
+
+    def table(match: re.Match[str]) -> str:
+        group = match["group"]
+        if group not in GROUPS:
+            raise ValueError(f"docs/settings.md: no settings group {group!r} (groups: {', '.join(GROUPS)})")
+        seen.append(group)
+        return f"{match['begin']}\n{settings_markdown(group)}\n\n{match['end']}"
+
+    written = _GENERATED.sub(table, text)
+    missing = [g for g in GROUPS if seen.count(g) != 1]
+    if missing:
+        raise ValueError(f"docs/settings.md: groups without exactly one table: {', '.join(missing)}")
+    return written
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        for group in GROUPS:
+            print(f"## {group}\n\n{settings_markdown(group)}\n")
+        return 0
+    for path in argv:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        written = settings_doc(text)
+        if written != text:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(written)
+        print(f"{path}: {'written' if written != text else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

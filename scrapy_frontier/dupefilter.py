@@ -142,7 +142,7 @@ class DedupConfig:
         from scrapy_frontier.config import read_value
 
         try:  # an int that may be written 1e7
-            capacity = read_value(settings, "DUPEFILTER_BLOOM_CAPACITY", float)
+            capacity = read_value(settings, "DUPEFILTER_BLOOM_CAPACITY")
             if not math.isfinite(capacity):
                 raise ValueError
         except ValueError:
@@ -150,7 +150,7 @@ class DedupConfig:
                 f"Setting DUPEFILTER_BLOOM_CAPACITY={settings.get('DUPEFILTER_BLOOM_CAPACITY')!r} is not a valid int"
             ) from None
         try:
-            exact_capacity = read_value(settings, "DUPEFILTER_CAPACITY", float)
+            exact_capacity = read_value(settings, "DUPEFILTER_CAPACITY")
             if not math.isfinite(exact_capacity) or not 1 <= exact_capacity <= 2**40:
                 raise ValueError
         except ValueError:
@@ -158,10 +158,10 @@ class DedupConfig:
                 f"Setting DUPEFILTER_CAPACITY={settings.get('DUPEFILTER_CAPACITY')!r} is not an int between 1 and 2**40"
             ) from None
         return cls(
-            mode=read_value(settings, "DUPEFILTER_MODE", str).lower(),
-            recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE", float),
+            mode=read_value(settings, "DUPEFILTER_MODE").lower(),
+            recrawl_age=read_value(settings, "DUPEFILTER_RECRAWL_AGE"),
             capacity=int(capacity),
-            error_rate=read_value(settings, "DUPEFILTER_BLOOM_ERROR_RATE", float),
+            error_rate=read_value(settings, "DUPEFILTER_BLOOM_ERROR_RATE"),
             buckets=max(1, -(-int(exact_capacity) // BUCKET_FINGERPRINTS)),
         )
 

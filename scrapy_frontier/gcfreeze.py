@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 class GcFreeze:
     def __init__(self, crawler: Crawler) -> None:
-        if not read_setting(crawler, "GC_FREEZE_ENABLED", bool):
+        if not read_setting(crawler, "GC_FREEZE_ENABLED"):
             raise NotConfigured("GC_FREEZE_ENABLED is off")
         crawler.signals.connect(self.spider_opened, signals.spider_opened)
 

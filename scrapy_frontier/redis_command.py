@@ -16,7 +16,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -112,9 +112,7 @@ class RedisCommand(ScrapyCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            return self._fail(
-                f"REDIS_URL {redact_url(setting_or_env(self.settings, 'REDIS_URL'))}: {describe_error(exc)}"
-            )
+            return self._fail(f"REDIS_URL {redact_url(read_value(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)
             keys = keys.with_shards(recorded_shards(client, keys))

@@ -15,8 +15,8 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import text
-from scrapy_frontier.defaults import START_URLS_MAX_BYTES
 from scrapy_frontier.dupefilter import (
     DedupConfig,
     Dupefilter,
@@ -125,7 +125,11 @@ class Command(RedisCommand):
             self._fail(str(exc))
             return None
         spider = spidercls() if spidercls is not Spider else Spider(name=keys.spider)
-        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
+        try:
+            max_bytes = read_value(self.settings, "REDIS_START_URLS_MAX_BYTES")
+        except ValueError as exc:
+            self._fail(str(exc))
+            return None
         payloads = list(self._payloads)
         for pattern in opts.pattern:
             payloads += [url.encode() for url in self._stored_urls(client, keys) if fnmatch.fnmatchcase(url, pattern)]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.defaults import START_URLS_MAX_BYTES
+from scrapy_frontier.config import read_value
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
@@ -57,7 +57,11 @@ class Command(RedisCommand):
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
         spider = get_spider_loader(self.settings).load(keys.spider)()  # there is one: needs_spider
-        max_bytes = self.settings.getint("REDIS_START_URLS_MAX_BYTES", START_URLS_MAX_BYTES)
+        try:
+            max_bytes = read_value(self.settings, "REDIS_START_URLS_MAX_BYTES")
+        except ValueError as exc:
+            self._fail(str(exc))
+            return None
         good: list[bytes] = []
         self._refused, self._shown = [], []
         for raw in self._payloads:

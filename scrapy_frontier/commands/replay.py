@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import ConfigError, redact_url
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.schema import SchemaError
@@ -33,7 +33,7 @@ class Command(RedisCommand):
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
-        url = setting_or_env(self.settings, "MYSQL_URL")
+        url = read_value(self.settings, "MYSQL_URL")
         node = f"replay:{os.getpid()}"
         backend = None
         try:

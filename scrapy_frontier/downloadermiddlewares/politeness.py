@@ -41,16 +41,16 @@ class SharedPolitenessMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         if not crawler.settings.get("REDIS_URL"):
             raise NotConfigured  # embedded mode: one process, Scrapy's own throttling applies
-        if not read_setting(crawler, "POLITENESS_ENABLED", bool):
+        if not read_setting(crawler, "POLITENESS_ENABLED"):
             raise NotConfigured("POLITENESS_ENABLED is off")
         self.crawler = crawler
         self.stats = crawler.stats
-        self.default_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT", float, minimum=0)
-        self.refresh = read_setting(crawler, "POLITENESS_REFRESH", float, above=0)
-        self.min_factor = read_setting(crawler, "POLITENESS_MIN_FACTOR", float, above=0)
-        self.recovery_step = read_setting(crawler, "POLITENESS_RECOVERY_STEP", float, above=0)
-        self.base_rate = read_setting(crawler, "POLITENESS_BASE_RATE", float, above=0)
-        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, minimum=0)
+        self.default_rate = read_setting(crawler, "DOMAIN_RATE_LIMIT")
+        self.refresh = read_setting(crawler, "POLITENESS_REFRESH")
+        self.min_factor = read_setting(crawler, "POLITENESS_MIN_FACTOR")
+        self.recovery_step = read_setting(crawler, "POLITENESS_RECOVERY_STEP")
+        self.base_rate = read_setting(crawler, "POLITENESS_BASE_RATE")
+        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX")
         try:
             self.seed = {str(k): float(v) for k, v in crawler.settings.getdict("DOMAIN_RATE_LIMITS").items()}
             if any(v < 0 for v in self.seed.values()):

@@ -66,9 +66,9 @@ class BackoffRetryMiddleware(RetryMiddleware):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler.settings)
         self.crawler = crawler
-        self.base = read_setting(crawler, "RETRY_BACKOFF_BASE", float, minimum=0)
-        self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX", float, minimum=0)
-        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX", float, minimum=0)
+        self.base = read_setting(crawler, "RETRY_BACKOFF_BASE")
+        self.cap = read_setting(crawler, "RETRY_BACKOFF_MAX")
+        self.retry_after_max = read_setting(crawler, "RETRY_AFTER_MAX")
         # Not-before times travel in the request to whichever worker leases the retry: written
         # and read at the Redis server's time, so two workers' clocks need not agree.
         self.clock = server_clock(crawler)

@@ -42,7 +42,7 @@ LOCK_SECONDS = 30
 class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self.ttl = read_setting(crawler, "ROBOTSTXT_CACHE_TTL", int, minimum=1)
+        self.ttl = read_setting(crawler, "ROBOTSTXT_CACHE_TTL")
 
     async def robot_parser(self, request: Request) -> RobotParser | None:
         client = optional_shared_redis(self.crawler)

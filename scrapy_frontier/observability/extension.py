@@ -69,25 +69,25 @@ class Observability:
         settings = crawler.settings
         self.spider_name = crawler.spidercls.name
         try:
-            if read_value(settings, "LOG_JSON", bool) and settings.getbool("LOG_ENABLED"):
+            if read_value(settings, "LOG_JSON") and settings.getbool("LOG_ENABLED"):
                 use_json_formatter(crawler)
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
         try:
-            self.enabled = read_value(settings, "METRICS_ENABLED", bool)
+            self.enabled = read_value(settings, "METRICS_ENABLED")
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
             self.enabled = False
-        self.host = read_value(settings, "METRICS_HOST", str)
+        self.host = read_value(settings, "METRICS_HOST")
         try:
-            self.ports = parse_ports(read_value(settings, "METRICS_PORT", str))
+            self.ports = parse_ports(read_value(settings, "METRICS_PORT"))
         except ValueError as exc:
             fail_at_open(crawler, "%s", exc)
             self.enabled = False
         if not self.host:
             fail_at_open(crawler, "Setting METRICS_HOST is empty (use 127.0.0.1, or 0.0.0.0 for every interface)")
             self.enabled = False
-        self.interval = read_setting(crawler, "METRICS_REFRESH_INTERVAL", float, above=0)
+        self.interval = read_setting(crawler, "METRICS_REFRESH_INTERVAL")
         self.start_urls_as_set = settings.getbool("REDIS_START_URLS_AS_SET")
         self.metrics = Metrics()
         # the labelled children updated per response, looked up once

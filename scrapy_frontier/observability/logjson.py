@@ -126,7 +126,7 @@ def install_early(settings: BaseSettings, spider: str | None) -> bool:
     stderr, at ``LOG_LEVEL``) and set ``LOG_INSTALL_ROOT_HANDLER`` off so Scrapy does not add
     its plain one. Returns whether it did. Raises ValueError for a bad ``LOG_JSON``."""
     global _early
-    if not read_value(settings, "LOG_JSON", bool) or not settings.getbool("LOG_ENABLED"):
+    if not read_value(settings, "LOG_JSON") or not settings.getbool("LOG_ENABLED"):
         return False
     stream: TextIO = sys.stderr
     filename = settings.get("LOG_FILE")

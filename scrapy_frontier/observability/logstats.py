@@ -74,7 +74,7 @@ class ClusterLogStats(LogStats):
     def from_crawler(cls, crawler: Crawler) -> Self:
         o = super().from_crawler(crawler)
         o.crawler = crawler
-        o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED", bool)
+        o.cluster = read_setting(crawler, "CLUSTER_LOGSTATS_ENABLED")
         return o
 
     def log(self, spider: Spider) -> None:

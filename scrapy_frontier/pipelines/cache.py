@@ -123,14 +123,14 @@ class RedisCachePipeline:
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not read_setting(crawler, "REDIS_CACHE_ENABLED", bool, True):
+        if not read_setting(crawler, "REDIS_CACHE_ENABLED"):
             raise NotConfigured("REDIS_CACHE_ENABLED is off")
         if not settings.get("REDIS_URL"):
             raise NotConfigured  # embedded mode: nothing to cache in, nothing to warn about
-        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL", int, minimum=0)
-        self.keep_items = read_setting(crawler, "REDIS_CACHE_ITEMS", bool)
-        self.buckets = max(1, read_setting(crawler, "REDIS_CACHE_CAPACITY", int, minimum=1) // BUCKET_ITEMS)
-        self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST", bool, False)
+        self.ttl = read_setting(crawler, "REDIS_CACHE_TTL")
+        self.keep_items = read_setting(crawler, "REDIS_CACHE_ITEMS")
+        self.buckets = max(1, read_setting(crawler, "REDIS_CACHE_CAPACITY") // BUCKET_ITEMS)
+        self.push_list = read_setting(crawler, "REDIS_ITEMS_LIST")
         self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         self.crawler = crawler
         self.stats = crawler.stats

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from scrapy.exceptions import NotConfigured
 
-from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting, setting_or_env
+from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting, read_value
 from scrapy_frontier.connection import (
     ConfigError,
     optional_shared_redis,
@@ -73,8 +73,6 @@ _Entry = tuple["Schema", Any, tuple[Any, ...], Any, "asyncio.Future[None] | None
 
 #: Seconds between two looks at ``<spider>:items:pending`` while items flow.
 REPLAY_EVERY = 30.0
-#: Scrapy's default ``CONCURRENT_ITEMS`` (scrapy/settings/default_settings.py).
-SCRAPY_CONCURRENT_ITEMS = 100
 #: Most unchanged-item marks kept for items not seen yet (see ``StoragePipeline._on_unchanged``).
 UNCHANGED_MAX = 10_000
 
@@ -82,15 +80,12 @@ UNCHANGED_MAX = 10_000
 class StoragePipeline:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        # Scrapy's scraper runs a callback's output through CONCURRENT_ITEMS tasks: with none,
-        # every item (and every link) is dropped without a word. Read whether storage is on or not.
-        read_setting(crawler, "CONCURRENT_ITEMS", int, SCRAPY_CONCURRENT_ITEMS, minimum=1)
-        if not read_setting(crawler, "STORAGE_ENABLED", bool, True):
+        if not read_setting(crawler, "STORAGE_ENABLED"):
             raise NotConfigured("STORAGE_ENABLED is off")
-        self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE", int, minimum=1)
-        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL", float, minimum=0)
-        self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT", float, minimum=0)
-        self.mysql_url = setting_or_env(settings, "MYSQL_URL")
+        self.batch_size = read_setting(crawler, "STORAGE_BATCH_SIZE")
+        self.flush_interval = read_setting(crawler, "STORAGE_FLUSH_INTERVAL")
+        self.retry_timeout = read_setting(crawler, "STORAGE_RETRY_TIMEOUT")
+        self.mysql_url = read_value(settings, "MYSQL_URL")
         self.document_key = settings.get("STORAGE_DOCUMENT_KEY") or None
         if self.document_key is not None and not isinstance(self.document_key, str):
             fail_at_open(crawler, "Setting STORAGE_DOCUMENT_KEY=%r is not a field name", self.document_key)

@@ -45,7 +45,7 @@ class ValidationPipeline:
     """
 
     def __init__(self, crawler: Crawler) -> None:
-        if not read_setting(crawler, "VALIDATION_ENABLED", bool, True):
+        if not read_setting(crawler, "VALIDATION_ENABLED"):
             raise NotConfigured("VALIDATION_ENABLED is off")
         self.crawler = crawler
         self.stats = crawler.stats

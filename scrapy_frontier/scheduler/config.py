@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from scrapy_frontier.config import fail_at_open, read_setting, setting_or_env
+from scrapy_frontier.config import fail_at_open, read_setting, read_value
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.keys import CRAWLS_KEY, crawl_id_error
 
@@ -64,8 +64,8 @@ class SchedulerConfig:
         contradicts another is reported in one line by :func:`~scrapy_frontier.config.fail_at_open`
         (the crawl stops with ``config_error`` once open); its default stands meanwhile."""
         settings = crawler.settings
-        heartbeat = read_setting(crawler, "FRONTIER_HEARTBEAT_INTERVAL", float, above=0)
-        node_timeout = read_setting(crawler, "FRONTIER_NODE_TIMEOUT", float, minimum=0) or 6 * heartbeat
+        heartbeat = read_setting(crawler, "FRONTIER_HEARTBEAT_INTERVAL")
+        node_timeout = read_setting(crawler, "FRONTIER_NODE_TIMEOUT") or 6 * heartbeat
         if node_timeout < 2 * heartbeat:
             fail_at_open(
                 crawler,
@@ -74,7 +74,7 @@ class SchedulerConfig:
                 settings.get("FRONTIER_NODE_TIMEOUT"),
                 2 * heartbeat,
             )
-        shards = read_setting(crawler, "FRONTIER_SHARDS", int, minimum=0)
+        shards = read_setting(crawler, "FRONTIER_SHARDS")
         if shards is not None and shards > MAX_SHARDS:
             fail_at_open(
                 crawler,
@@ -98,28 +98,27 @@ class SchedulerConfig:
             fail_at_open(crawler, "%s", exc)
             dedup = None
         return cls(
-            prefetch=read_setting(crawler, "FRONTIER_PREFETCH", int, minimum=0)
-            or settings.getint("CONCURRENT_REQUESTS"),
+            prefetch=read_setting(crawler, "FRONTIER_PREFETCH") or settings.getint("CONCURRENT_REQUESTS"),
             heartbeat_interval=heartbeat,
             node_timeout=node_timeout,
-            poll_max=read_setting(crawler, "FRONTIER_POLL_MAX", float, above=0),
-            idle_close=read_setting(crawler, "MAX_IDLE_TIME_BEFORE_CLOSE", float, minimum=0),
-            persist=read_setting(crawler, "SCHEDULER_PERSIST", bool),
-            start_batch=read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE", int, minimum=1),
-            start_max_bytes=read_setting(crawler, "REDIS_START_URLS_MAX_BYTES", int, minimum=1),
-            start_as_set=read_setting(crawler, "REDIS_START_URLS_AS_SET", bool),
-            domain_rate=read_setting(crawler, "DOMAIN_RATE_LIMIT", float, minimum=0),
-            domain_concurrency=read_setting(crawler, "DOMAIN_CONCURRENCY", int, minimum=0),
-            local_seen_max=read_setting(crawler, "FRONTIER_LOCAL_SEEN", int, minimum=0),
+            poll_max=read_setting(crawler, "FRONTIER_POLL_MAX"),
+            idle_close=read_setting(crawler, "MAX_IDLE_TIME_BEFORE_CLOSE"),
+            persist=read_setting(crawler, "SCHEDULER_PERSIST"),
+            start_batch=read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE"),
+            start_max_bytes=read_setting(crawler, "REDIS_START_URLS_MAX_BYTES"),
+            start_as_set=read_setting(crawler, "REDIS_START_URLS_AS_SET"),
+            domain_rate=read_setting(crawler, "DOMAIN_RATE_LIMIT"),
+            domain_concurrency=read_setting(crawler, "DOMAIN_CONCURRENCY"),
+            local_seen_max=read_setting(crawler, "FRONTIER_LOCAL_SEEN"),
             shards=shards,
-            rates_refresh=read_setting(crawler, "POLITENESS_REFRESH", float, above=0),
-            wait_replicas=read_setting(crawler, "FRONTIER_WAIT_REPLICAS", int, minimum=0),
-            wait_timeout=read_setting(crawler, "FRONTIER_WAIT_TIMEOUT", float, above=0),
+            rates_refresh=read_setting(crawler, "POLITENESS_REFRESH"),
+            wait_replicas=read_setting(crawler, "FRONTIER_WAIT_REPLICAS"),
+            wait_timeout=read_setting(crawler, "FRONTIER_WAIT_TIMEOUT"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             dedup=dedup,
-            redis_url=setting_or_env(settings, "REDIS_URL"),
-            crawls_key=settings.get("CRAWLS_KEY") or CRAWLS_KEY,
-            dead_letter_dir=settings.get("DEAD_LETTER_DIR", "."),
+            redis_url=read_value(settings, "REDIS_URL"),
+            crawls_key=read_setting(crawler, "CRAWLS_KEY") or CRAWLS_KEY,
+            dead_letter_dir=read_setting(crawler, "DEAD_LETTER_DIR"),
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
         )
 

@@ -22,7 +22,7 @@ import pymysql
 from pymysql.constants import ER, SERVER_STATUS
 from pymysql.converters import escape_string
 
-from scrapy_frontier.config import setting_or_env
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import PERCENT_ENCODE_HINT, ConfigError, redact_url, url_problem
 from scrapy_frontier.defaults import SETTINGS
 from scrapy_frontier.storage.ddl import mysql_ddl, sqlite_ddl
@@ -118,14 +118,14 @@ def backend_for(settings: Any) -> MySQLBackend | SQLiteBackend:
     """The storage backend the settings name, not connected yet: MySQL at ``MYSQL_URL`` or,
     without it, the SQLite file ``SQLITE_PATH`` (default ``crawl.sqlite3``). Raises
     :class:`ConfigError` for a ``MYSQL_URL`` that is not a MySQL URL."""
-    url = setting_or_env(settings, "MYSQL_URL")
+    url = read_value(settings, "MYSQL_URL")
     return MySQLBackend(url) if url else SQLiteBackend(settings.get("SQLITE_PATH") or DEFAULT_SQLITE_PATH)
 
 
 def storage_target(settings: Any) -> str:
     """Which database :func:`backend_for` names, safe to log and stable across password
     changes: ``MYSQL_URL`` with its password left out, or the absolute ``SQLITE_PATH``."""
-    url = setting_or_env(settings, "MYSQL_URL")
+    url = read_value(settings, "MYSQL_URL")
     return redact_url(url) if url else os.path.abspath(settings.get("SQLITE_PATH") or DEFAULT_SQLITE_PATH)
 
 
