@@ -43,6 +43,17 @@ REDIS_PARAMS: dict[str, Any] = {
 }
 
 
+#: Any failure of a Redis call: an outage (a connection error, a timeout, a failover), a refusal
+#: (a full Redis, a wrong type, a script error) or redis-py's cluster client failing in its own
+#: code. What a caller catches to report Redis's trouble in one line instead of a traceback
+#: (:data:`scrapy_frontier.redis_health.OUTAGE_ERRORS` tells an outage from the rest).
+REDIS_FAILURES: tuple[type[BaseException], ...] = (
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+    OSError,
+)
+
+
 class ConfigError(Exception):
     """A connection setting is malformed or its server cannot be used. The message names the
     setting and never contains a password."""
@@ -226,7 +237,7 @@ def _probe_cluster(url: str, client: redis.Redis) -> bool:
         found = _cluster_urls[url] = bool(client.info("cluster").get("cluster_enabled"))
     except redis.exceptions.ResponseError:
         found = _cluster_urls[url] = False  # a server without INFO cluster (an old Redis, a proxy)
-    except (redis.exceptions.RedisError, OSError):
+    except REDIS_FAILURES:
         found = False
     finally:
         client.close()

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
-from scrapy_frontier.connection import describe_error
+from scrapy_frontier.connection import REDIS_FAILURES, describe_error
 from scrapy_frontier.reclaim import reclaim_dead
 from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
@@ -167,7 +167,7 @@ class Heartbeat:
                 if self._failing:
                     self._failing = False
                     logger.warning("Heartbeat: Redis answers again")
-            except (redis.exceptions.RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 # an outage, or dead nodes' leases that Redis at maxmemory cannot take back yet:
                 # reported once for the worker
                 if self.health.failed(exc):

@@ -18,6 +18,7 @@ from scrapy.spiderloader import get_spider_loader
 
 from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
+    REDIS_FAILURES,
     ConfigError,
     describe_error,
     redact_url,
@@ -111,7 +112,7 @@ class RedisCommand(ScrapyCommand):
             client.ping()
         except ConfigError as exc:
             return self._fail(str(exc))
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+        except REDIS_FAILURES as exc:
             return self._fail(f"REDIS_URL {redact_url(read_value(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
-from scrapy_frontier.connection import client_failure, describe_error, is_cluster, sync_redis
+from scrapy_frontier.connection import REDIS_FAILURES, client_failure, describe_error, is_cluster, sync_redis
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -52,14 +52,6 @@ OUTAGE_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ClusterError,
     redis.exceptions.ReadOnlyError,
     OSError,
-)
-#: Any failure of a Redis call: an outage (:data:`OUTAGE_ERRORS`), a refusal (a full Redis, a
-#: wrong type, a script error) or the cluster client failing in its own code. What a caller
-#: catches to report Redis's trouble in one line instead of a traceback.
-REDIS_FAILURES: tuple[type[BaseException], ...] = (
-    *OUTAGE_ERRORS,
-    redis.exceptions.RedisError,
-    redis.exceptions.RedisClusterException,
 )
 UNREACHABLE = "unreachable"
 OUT_OF_MEMORY = "out_of_memory"
@@ -223,7 +215,7 @@ class RedisHealth:
                 if client is not None:
                     try:
                         memory = read_memory(client)
-                    except (redis.exceptions.RedisError, OSError):
+                    except REDIS_FAILURES:
                         continue
                 with self._lock:
                     if self.state != OUT_OF_MEMORY or self._episode != episode:

@@ -25,12 +25,11 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-import redis.exceptions
 from scrapy import signals
 from scrapy.exceptions import CloseSpider
 
 from scrapy_frontier.config import CONFIG_ERROR, fail_at_open, failed_at_open, read_setting, read_value
-from scrapy_frontier.connection import ConfigError, async_redis, ready
+from scrapy_frontier.connection import REDIS_FAILURES, ConfigError, async_redis, ready
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.observability.logjson import use_json_formatter
@@ -165,7 +164,7 @@ class Observability:
             except ConfigError:
                 self.redis = None  # the scheduler reports it and closes the crawl
             else:
-                with contextlib.suppress(redis.exceptions.RedisError, OSError):
+                with contextlib.suppress(*REDIS_FAILURES):
                     await ready(self.redis)  # unreachable: the scheduler reports it
                 self.cluster = ClusterTotals(
                     self.redis,

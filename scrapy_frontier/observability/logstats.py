@@ -17,11 +17,10 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-import redis.exceptions
 from scrapy.extensions.logstats import LogStats
 
 from scrapy_frontier.config import failed_at_open, read_setting
-from scrapy_frontier.connection import client_failure, describe_error, optional_shared_redis
+from scrapy_frontier.connection import REDIS_FAILURES, client_failure, describe_error, optional_shared_redis
 from scrapy_frontier.frontier import Frontier
 from scrapy_frontier.keys import keys_of
 from scrapy_frontier.nodes import node_id_of
@@ -36,6 +35,9 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
+
+#: A failure of the cluster read: Redis's, or redis-py's cluster client failing in its own code.
+_READ_FAILURES: tuple[type[BaseException], ...] = (*REDIS_FAILURES, AttributeError)
 
 LOCAL = "Crawled %(pages)d pages (at %(pagerate)d pages/min), scraped %(items)d items (at %(itemrate)d items/min)"
 #: Scrapy's own LogStats line (LOCAL, kept word for word: log readers parse it), then the cluster's
@@ -99,7 +101,7 @@ class ClusterLogStats(LogStats):
             )
         try:
             status, pages, stored = await read_cluster(self._frontier)
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError, AttributeError) as exc:
+        except _READ_FAILURES as exc:
             if isinstance(exc, AttributeError) and not client_failure(exc):
                 raise
             logger.info(

@@ -16,9 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import redis.exceptions
-
-from scrapy_frontier.connection import client_failure, describe_error
+from scrapy_frontier.connection import REDIS_FAILURES, client_failure, describe_error
 from scrapy_frontier.frontier import Frontier
 from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
@@ -47,8 +45,6 @@ TOTALS = {
 STATUS_STAT = "downloader/response_status_count/"
 #: Scrapy stat of the seconds requests waited for their host's shared send time.
 WAIT_STAT = "politeness/wait_seconds"
-
-_REDIS_ERRORS = (redis.exceptions.RedisError, OSError)
 
 
 def cluster_counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -141,7 +137,7 @@ class ClusterTotals:
             answers = await asyncio.gather(*calls, return_exceptions=True)
         results: list[Any] | BaseException = answers[0]
         error = next((r for r in answers if isinstance(r, BaseException)), None)
-        if isinstance(error, BaseException) and not isinstance(error, _REDIS_ERRORS) and not client_failure(error):
+        if isinstance(error, BaseException) and not isinstance(error, REDIS_FAILURES) and not client_failure(error):
             raise error
         if not isinstance(results, BaseException):
             for (field, _), result in zip(deltas.items(), results):

@@ -13,6 +13,7 @@ import redis.exceptions
 
 from scrapy_frontier.config import fail_at_open, failed_at_open
 from scrapy_frontier.connection import (
+    REDIS_FAILURES,
     ConfigError,
     describe_error,
     detect_cluster,
@@ -28,7 +29,7 @@ from scrapy_frontier.frontier import LEASE_MARK, Frontier
 from scrapy_frontier.keys import Keys, register
 from scrapy_frontier.nodes import Heartbeat, server_clock
 from scrapy_frontier.payload import START_PREFIX
-from scrapy_frontier.redis_health import REDIS_FAILURES, RedisHealth
+from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scheduler.seen_cache import SeenCache
 from scrapy_frontier.wording import plural
 

@@ -25,13 +25,12 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier import scrapy_internals
-from scrapy_frontier.connection import describe_error
+from scrapy_frontier.connection import REDIS_FAILURES, describe_error
 from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.politeness import sync_rates
-from scrapy_frontier.redis_health import REDIS_FAILURES
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
