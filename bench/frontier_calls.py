@@ -8,7 +8,7 @@ Crawls the link graph of bench/broad.py's site (``--hosts 1``: bench/speed.py's,
 with ``--workers`` frontiers of one process taking turns: each leases up to ``--prefetch``
 requests (again once half are done, as the scheduler does), "fetches" ``--batch`` of them, and
 pushes their new links with the acknowledgements in one call, every link first checked against
-the worker's local first look and the seen feed (the scheduler's ``_seen``). The payloads are
+the worker's local first look and the seen feed (the scheduler's ``SeenCache``). The payloads are
 the ``broad`` spider's (``request_to_json``), the dupefilter the packed layout of new crawls.
 Prints, per round, Redis CPU µs per page (``INFO cpu``, user + sys, net of Redis's idle work)
 and the scripts' execution µs per page (``INFO commandstats``: EVALSHA's), then the medians;
@@ -39,7 +39,7 @@ from bench.redis_cpu import CallgrindRedis, RedisCpu
 from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
-from scrapy_frontier.scheduler import SEEN_FEED_ENTRIES
+from scrapy_frontier.scheduler.join import SEEN_FEED_ENTRIES
 from tests.servers import RedisServer
 
 PORT = 8080
