@@ -28,6 +28,9 @@ _failed: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 #: ``finish_reason`` of a crawl closed because a component could not use its settings;
 #: ``scrapy crawl`` then exits with status 2.
 CONFIG_ERROR = "config_error"
+#: ``finish_reason`` of a crawl whose state in Redis was lost (a Redis restarted without
+#: persistence); ``scrapy crawl`` then exits with status 1.
+STATE_LOST = "state_lost"
 
 
 def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:

@@ -81,7 +81,8 @@ class Heartbeat:
     """Beat for ``node_id`` every ``interval`` seconds; a node silent for ``timeout`` seconds is
     dead. ``info()`` gives the facts to publish; ``on_dropped()`` is called (from the heartbeat
     thread) when this node finds it had been declared dead; ``on_reclaimed(leases, nodes)`` when
-    it took back dead nodes' leases. ``health``: where Redis errors are reported (the
+    it took back dead nodes' leases; ``on_state_lost()``, once, when the crawl's ``epoch`` (as
+    the node joined it) is gone from Redis or changed. ``health``: where Redis errors are reported (the
     crawler's; one of its own by default)."""
 
     def __init__(
@@ -98,6 +99,8 @@ class Heartbeat:
         on_reclaimed: Callable[[int, int], None] = lambda leases, nodes: None,
         clock: ServerClock | None = None,
         health: RedisHealth | None = None,
+        epoch: bytes | None = None,
+        on_state_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -108,6 +111,11 @@ class Heartbeat:
         self._info = info
         self._on_dropped = on_dropped
         self._on_reclaimed = on_reclaimed
+        #: The crawl's epoch (``epoch`` in ``<spider>:dupefilter:meta``) as this node joined it.
+        self.epoch = epoch
+        self._on_state_lost = on_state_lost
+        #: Whether a beat found the crawl's epoch gone or changed: the crawl's state in Redis is lost.
+        self.state_lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._joined = False
@@ -134,7 +142,13 @@ class Heartbeat:
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
         self.forgets = cast("bytes | None", self.client.get(self.keys.forgets)) or b"0"  # a bytes client
-        if added and self._joined:
+        if self.epoch is not None and not self.state_lost:
+            if self.client.hget(self.keys.dupefilter_meta, "epoch") != self.epoch:
+                # Redis restarted empty, or a replica that had not synced was promoted: this node
+                # was not declared dead, the whole crawl's state went
+                self.state_lost = True
+                self._on_state_lost()
+        if added and self._joined and not self.state_lost:
             self._on_dropped()
         self._joined = True
         return not added

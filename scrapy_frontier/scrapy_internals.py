@@ -1,6 +1,6 @@
 """Every place scrapy-frontier reaches into Scrapy's internals, in one module.
 
-Scrapy has no public API for these two needs. Each function names the Scrapy version it was
+Scrapy has no public API for these needs. Each function names the Scrapy version it was
 checked against; ``tests/test_scrapy_internals.py`` fails loudly (with this module's name in
 the message) when an upgrade of Scrapy changes what it relies on.
 """
@@ -46,6 +46,37 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
         return d
 
     scraper.enqueue_scrape = wrapped
+
+
+def after_downloader_request(crawler: Crawler, callback: Callable[[Request, Request], Any]) -> None:
+    """Call ``callback(child, parent)`` when a downloader middleware answered the download of
+    ``parent`` with a new request ``child`` (a redirect, a retry, or a request of its own) and
+    the engine has handed ``child`` on: to the scheduler, or to the ``request_scheduled`` signal
+    handlers that may drop it (Scrapy's offsite filter drops a redirect to a host outside
+    ``allowed_domains`` there, before the scheduler sees it). No signal says that ``parent`` is
+    done then.
+
+    ``ExecutionEngine._handle_downloader_output(result, request)`` calls ``self.crawl(result)``
+    synchronously for a Request result (Scrapy 2.13-2.19, ``scrapy/core/engine.py``), so it is
+    wrapped on this crawler's engine instance. Raises :class:`ScrapyChanged` when it is gone.
+    """
+    from scrapy import Request
+
+    engine = crawler.engine
+    handle = getattr(engine, "_handle_downloader_output", None)
+    if handle is None:
+        raise ScrapyChanged(
+            "scrapy_frontier.scrapy_internals: ExecutionEngine._handle_downloader_output is gone (checked with "
+            f"Scrapy {CHECKED_WITH})"
+        )
+
+    def wrapped(result: Any, request: Request) -> Any:
+        out = handle(result, request)
+        if isinstance(result, Request):
+            callback(result, request)
+        return out
+
+    engine._handle_downloader_output = wrapped  # type: ignore[method-assign]
 
 
 def wake_engine(crawler: Crawler) -> None:

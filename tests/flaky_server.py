@@ -12,6 +12,8 @@
 - ``/huge/<MB>``: an HTML page of that many megabytes (with Content-Length);
   ``/huge-unsized/<MB>`` the same without it (the body ends when the connection closes).
 - ``/loop``: 302 to itself, always.
+- ``/offsite``: links to ``/away/0`` ... ``/away/19`` and ``/here``; ``/away/<n>``: 301 to
+  ``http://127.0.0.7:<PORT>/there/<n>``, another host (nothing answers there).
 - ``/ports``: links to ``/pp`` with the server's port written out and without it (on port 80
   or 443 the same page).
 - anything else: a small HTML page.
@@ -61,6 +63,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._huge(int(self.path.split("/")[2]), sized=self.path.startswith("/huge/"))
         if self.path == "/loop":
             return self._send(302, b"", {"Location": "/loop"})
+        if self.path == "/offsite":
+            links = "".join(f'<a href="/away/{n}">{n}</a> ' for n in range(20)) + '<a href="/here">here</a>'
+            return self._send(200, f"<html><head><title>offsite</title></head><body>{links}</body></html>".encode())
+        if self.path.startswith("/away/"):
+            return self._send(301, b"", {"Location": f"http://127.0.0.7:{PORT}/there/{self.path.split('/')[2]}"})
         if self.path == "/ports":
             links = f'<a href="http://{HOST}:{PORT}/pp">explicit</a> <a href="http://{HOST}/pp">implicit</a>'
             return self._send(200, f"<html><head><title>ports</title></head><body>{links}</body></html>".encode())

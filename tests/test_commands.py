@@ -152,6 +152,7 @@ def test_status_during_and_after_a_two_worker_crawl(
             "spider": "site",
             "crawl_id": None,
             "idle": True,
+            "state": "idle",
             "hosts": 0,
             "start_urls_waiting": 0,
             "in_flight": 0,
@@ -341,7 +342,10 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
         assert b"1 start URL waiting" in frame and b"\x1b[J" in frame  # the rest of the screen cleared
 
     # a pipe: the same text appended, no terminal codes
-    frame_text = "crawl 'site': running\n  progress: 3 pages done, 1 to go (75%)\n"
+    frame_text = (
+        "crawl 'site': stalled (work is left and no worker is alive: start one to go on)\n"
+        "  progress: 3 pages done, 1 to go (75%)\n"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "scrapy", "status", "site", "--watch", "0.3"],
         cwd=ROOT,
@@ -368,13 +372,24 @@ def test_status_watch_redraws_on_a_terminal_and_appends_elsewhere(redis_url, red
     assert len(lines) >= 2 and all(json.loads(line)["frontier"]["start_urls_waiting"] == 1 for line in lines[:2])
 
 
+def test_status_names_the_crawl_with_its_crawl_id_and_a_crawl_no_worker_moves_is_stalled(redis_url, redis_client):
+    env = {"REDIS_URL": redis_url}
+    assert run(["push", "site", "-s", "CRAWL_ID=june", "http://a.example/"], env).returncode == 0
+    text = run(["status", "site", "-s", "CRAWL_ID=june"], env).stdout
+    assert text.startswith("crawl 'site@june': stalled (work is left and no worker is alive"), text
+    status = json.loads(run(["status", "site", "-s", "CRAWL_ID=june", "--json"], env).stdout)
+    assert status["crawl"] == "site@june" and status["state"] == "stalled" and not status["workers"]
+    assert run(["status", "site"], env).stdout.startswith("crawl 'site': idle")  # the other crawl of the spider
+
+
 def test_command_output_says_one_thing_not_one_things(redis_url, redis_client):
     env = {"REDIS_URL": redis_url}
     assert run(["push", "site", "http://a.example/"], env).stdout == "pushed 1 payload, refused 0\n"
     status = run(["status", "site"], env).stdout
     assert "1 start URL waiting" in status and "0 pages done" in status
     redis_client.sadd("scrapy-frontier:crawls", "site")  # as a worker records it
-    assert "site: running, 0 workers, 0 hosts queued, 0 in flight, 1 start URL waiting" in run(["status"], env).stdout
+    # work left, no worker alive: stalled, not running
+    assert "site: stalled, 0 workers, 0 hosts queued, 0 in flight, 1 start URL waiting" in run(["status"], env).stdout
     redis_client.lpush("site:requests:failed", b"not json", json.dumps({"request": {"url": "http://h/ok"}}))
     assert (
         run(["requeue", "site"], env).stdout

@@ -177,6 +177,24 @@ def test_sigint_leaves_shared_state_for_the_other_worker(
     assert set(urls) == expected_pages
 
 
+def test_a_second_sigint_is_an_unclean_shutdown_with_a_non_zero_exit_status(
+    docs_site, start_worker, redis_url, redis_client
+):
+    slow = {**DISTRIBUTED, "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.2"}
+    worker = start_worker(settings=slow, env={"REDIS_URL": redis_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
+    deadline = time.monotonic() + 60
+    while not redis_client.exists("site:leases:" + worker.output.split("as node ")[1].split()[0]):
+        assert time.monotonic() < deadline, worker.output[-3000:]
+        time.sleep(0.1)
+    worker.signal(signal.SIGINT)
+    worker.wait_for("Received SIGINT, shutting down gracefully")
+    worker.signal(signal.SIGINT)
+    assert worker.wait(60) == 1, worker.output[-3000:]
+    assert "forcing unclean shutdown" in worker.output
+
+
 @pytest.mark.parametrize(
     ("env", "setting"),
     [

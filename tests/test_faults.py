@@ -158,6 +158,35 @@ def test_redis_restart_mid_crawl(logged_site, start_worker, throwaway_redis, mys
     client.close()
 
 
+def test_redis_restarted_empty_mid_crawl_is_never_reported_as_finished(
+    logged_site, start_worker, throwaway_redis, mysql_url, mysql_query
+):
+    """Redis without persistence, restarted mid-crawl: the crawl's state is gone. Each worker
+    says so in one ERROR line, none says the crawl finished or that it rejoins, none writes the
+    crawl back into the empty Redis, and each exits with status 1."""
+    import redis
+
+    server = throwaway_redis()
+    client, workers = two_workers_100_pages_in(server, logged_site, start_worker, mysql_url, mysql_query)
+    server.stop()
+    time.sleep(3)
+    server.start()
+    client.close()
+    for w in workers:
+        assert w.wait(120) == 1, w.output[-3000:]
+        assert w.output.count("The crawl's state in Redis is gone") == 1, w.output[-3000:]
+        assert "Crawl finished" not in w.output and "rejoining" not in w.output
+        assert "'finish_reason': 'state_lost'" in w.output
+    client = redis.Redis.from_url(server.url)
+    # no worker claimed a crawl in the empty Redis (the links a worker queued before it noticed,
+    # if any, are URLs of the crawl, for a new start to take)
+    assert not client.exists("site:dupefilter:meta")
+    stored = count_or_zero(mysql_query)
+    print("FIGURES", json.dumps({"scenario": "redis_restart_empty", "pages_stored": stored}))
+    assert 100 <= stored < len(expected(logged_site))
+    client.close()
+
+
 def redis_lines(output: str) -> list[str]:
     """The WARNING and ERROR lines of a worker's log."""
     return [line for line in output.splitlines() if " WARNING: " in line or " ERROR: " in line]

@@ -38,3 +38,15 @@ def test_page_item_from_a_real_page(response):
     # links to other hosts are listed on the page but not followed
     external = [link for link in page["links"] if not link.startswith("http://127.0.0.2:8931/")]
     assert external and not set(external) & {r.url for r in follow}
+
+
+def test_a_start_urls_fragment_is_not_stored_as_part_of_the_url():
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    request = Request("http://h.example/a.html#section")
+    response = HtmlResponse(
+        request.url, request=request, body=b"<html><head><title>a</title></head><body>a</body></html>"
+    )
+    page = SiteSpider.page(response, [])
+    assert page["url"] == page["final_url"] == "http://h.example/a.html"

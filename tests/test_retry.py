@@ -195,3 +195,27 @@ def test_a_page_over_the_size_limit_is_a_dead_letter_and_memory_stays_bounded(
     peak = worker.stat("memusage/max")
     print(f"FIGURES worker peak RSS with two 50 MB pages refused: {peak / 2**20:.0f} MiB")
     assert peak < 250 * 2**20
+
+
+def test_redirects_dropped_offsite_end_their_leases_and_the_crawl_finishes(
+    flaky, start_workers, redis_url, redis_client, tmp_path
+):
+    """``/offsite`` links to 20 pages that redirect (301) to another host: Scrapy's offsite
+    filter drops the redirects before the scheduler (``request_scheduled``). Each one's parent
+    lease is acknowledged all the same: both workers find the crawl idle and exit by themselves,
+    and no lease is left in Redis."""
+    base, log = flaky
+    settings = {"SPIDER_MODULES": "tests.spiders", "MAX_IDLE_TIME_BEFORE_CLOSE": "3", "SCHEDULER_PERSIST": "True"}
+    workers = start_workers(
+        2, "offsite", settings=settings, env={"REDIS_URL": redis_url}, args=["-a", f"url={base}/offsite"]
+    )
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    paths = [line.split(" ", 1)[1] for line in log.read_text().splitlines()]
+    assert sorted(p for p in paths if p.startswith("/away/")) == sorted(f"/away/{n}" for n in range(20))
+    assert sum(w.stat("offsite/filtered") for w in workers) == 20
+    assert sum(w.stat("frontier/dropped/before_scheduler") for w in workers) == 20
+    assert any("Dropped before the scheduler (offsite" in w.output for w in workers)
+    assert not list(redis_client.scan_iter(match="offsite:leases:*"))
+    # no host has a request in flight (the hash keeps only its mark, '@')
+    assert set(redis_client.hkeys("offsite:politeness:@inflight")) <= {b"@"}

@@ -33,7 +33,7 @@ def errors(caplog):
     return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-HOOKS = NodeHooks(info=dict, dropped=lambda: None, reclaimed=lambda leases, nodes: None)
+HOOKS = NodeHooks(info=dict, dropped=lambda: None, reclaimed=lambda leases, nodes: None, state_lost=lambda: None)
 
 
 def join_once(crawler, node="n1"):

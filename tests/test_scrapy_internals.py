@@ -57,6 +57,36 @@ def test_after_scrape_fails_loudly_without_enqueue_scrape(engine_crawler):
         scrapy_internals.after_scrape(engine_crawler, lambda *a: None)
 
 
+def test_after_downloader_request_calls_back_after_the_engine_handed_a_request_on(engine_crawler):
+    engine = engine_crawler.engine
+    handed: list = []
+    engine._handle_downloader_output = lambda result, request: handed.append(("engine", result)) or "out"
+    called: list = []
+    scrapy_internals.after_downloader_request(engine_crawler, lambda child, parent: called.append((child, parent)))
+    child, parent = scrapy.Request("http://a/2"), scrapy.Request("http://a/1")
+    assert engine._handle_downloader_output(child, parent) == "out"
+    assert engine._handle_downloader_output("a response", parent) == "out"
+    assert handed == [("engine", child), ("engine", "a response")] and called == [(child, parent)]
+
+
+def test_handle_downloader_output_crawls_a_request_result():
+    import inspect
+
+    from scrapy.core import engine
+
+    source = inspect.getsource(engine.ExecutionEngine._handle_downloader_output)
+    assert "self.crawl(result)" in source, (
+        "scrapy_frontier.scrapy_internals.after_downloader_request: the engine no longer crawls a Request "
+        "returned by the downloader in _handle_downloader_output"
+    )
+
+
+def test_after_downloader_request_fails_loudly_without_it(engine_crawler):
+    engine_crawler.engine = object()
+    with pytest.raises(scrapy_internals.ScrapyChanged, match="scrapy_internals"):
+        scrapy_internals.after_downloader_request(engine_crawler, lambda *a: None)
+
+
 def test_wake_engine_schedules_the_engines_next_call(engine_crawler):
     import inspect
 

@@ -80,9 +80,10 @@ class SiteSpider(scrapy.Spider):
         text, headings = page_text(response.selector.root)
         latency = response.meta.get("download_latency")
         request = response.request
+        # a start URL's fragment names a place in the page, not another page
         return Page(
-            url=request.meta.get("redirect_urls", [request.url])[0] if request else response.url,
-            final_url=response.url,
+            url=urldefrag(request.meta.get("redirect_urls", [request.url])[0] if request else response.url)[0],
+            final_url=urldefrag(response.url)[0],
             status=response.status,
             title=" ".join(response.xpath("//title//text()").getall()).strip() or None,
             description=response.xpath(

@@ -1,6 +1,8 @@
 """``scrapy crawl``, exiting with status 2 when the crawl could not start because of a setting
 (an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
-failure. The error itself is one log line that names the setting. A spider the project does not
+failure. The error itself is one log line that names the setting. Status 1 when the crawl's
+state in Redis was lost (finish reason ``state_lost``) or the worker was stopped without closing
+its spider (a second SIGINT or SIGTERM). A spider the project does not
 have is one line on stderr that lists those it has (exit status 2), before Scrapy logs anything.
 
 With ``LOG_JSON`` on, the JSON log handler (:mod:`scrapy_frontier.observability.logjson`) is installed here, before
@@ -16,7 +18,7 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.config import CONFIG_ERROR
+from scrapy_frontier.config import CONFIG_ERROR, STATE_LOST
 from scrapy_frontier.observability import logjson
 
 if TYPE_CHECKING:
@@ -46,15 +48,23 @@ class Command(ScrapyCrawlCommand):
 
     def _create_crawler(self, spidercls: Any) -> Crawler:
         crawler = super()._create_crawler(spidercls)
+        self._unclosed = getattr(self, "_unclosed", 0) + 1
         logjson.set_crawler(crawler)
         crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
         return crawler
 
     def _on_closed(self, spider: Any, reason: str) -> None:
+        self._unclosed -= 1
         if reason == CONFIG_ERROR:
             self.exitcode = 2
+        elif reason == STATE_LOST:
+            self.exitcode = 1
 
     def run(self, args: list[str], opts: Any) -> None:
         exitcode = getattr(self, "exitcode", 0)
         super().run(args, opts)
+        if getattr(self, "_unclosed", 0) > 0:
+            # the reactor stopped with a spider still open: a second SIGINT or SIGTERM (Scrapy's
+            # "forcing unclean shutdown"), whose leases are left for the other workers to reclaim
+            exitcode = max(exitcode, 1)
         self.exitcode = max(self.exitcode, exitcode)

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 
 def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
     """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
-    ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl."""
+    ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl,
+    its name (``crawl``: ``<spider>`` or ``<spider>@<CRAWL_ID>``) and ``state``
+    (:func:`crawl_state`)."""
     status = read_status(client, keys, deep=True, start_urls_as_set=start_urls_as_set)
     seconds, micros = client.time()  # the server's clock, as the heartbeats (a worker's may be off)
     now = seconds + micros / 1e6
@@ -77,7 +79,9 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
         )
     start_invalid, items_invalid, items_pending, totals = answers[-4:]
     return {
+        "crawl": keys.crawl,
         "spider": keys.spider,
+        "state": crawl_state(status.idle, len(workers)),
         "frontier": {
             "queued": status.depth,
             "hosts": status.hosts,
@@ -99,11 +103,20 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
     }
 
 
+def crawl_state(idle: bool, workers: int) -> str:
+    """``idle`` (nothing queued, in flight or waiting), ``running`` (work left and a worker
+    alive) or ``stalled`` (work left and no worker alive: nothing moves until one starts)."""
+    if idle:
+        return "idle"
+    return "running" if workers else "stalled"
+
+
 def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
     """One summary per crawl recorded in ``scrapy-frontier:crawls`` (``CRAWLS_KEY``), sorted by
-    name: ``crawl``, ``spider``, ``crawl_id``, ``idle``, ``hosts`` (with queued requests),
-    ``start_urls_waiting``, ``in_flight``, ``workers``, ``seen``, ``requests_failed``. Two script
-    calls per crawl; the per-host queues are not counted (``scrapy status <spider>`` does)."""
+    name: ``crawl``, ``spider``, ``crawl_id``, ``idle``, ``state`` (:func:`crawl_state`), ``hosts``
+    (with queued requests), ``start_urls_waiting``, ``in_flight``, ``workers``, ``seen``,
+    ``requests_failed``. Two script calls per crawl; the per-host queues are not counted
+    (``scrapy status <spider>`` does)."""
     out = []
     registry = settings.get("CRAWLS_KEY") or CRAWLS_KEY
     for raw in sorted(client.smembers(registry)):
@@ -120,6 +133,7 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
                 "spider": spider,
                 "crawl_id": crawl_id or None,
                 "idle": status.idle,
+                "state": crawl_state(status.idle, status.nodes),
                 "hosts": status.hosts,
                 "start_urls_waiting": status.start_urls,
                 "in_flight": status.inflight,
@@ -155,9 +169,9 @@ class Command(RedisCommand):
             if not crawls:
                 write_out("no crawl recorded in this Redis database")
             for c in crawls:
-                state = "idle" if c["idle"] else "running"
                 write_out(
-                    f"{c['crawl']}: {state}, {plural(c['workers'], 'worker')}, {plural(c['hosts'], 'host')} queued, "
+                    f"{c['crawl']}: {c['state']}, {plural(c['workers'], 'worker')}, "
+                    f"{plural(c['hosts'], 'host')} queued, "
                     f"{c['in_flight']} in flight, "
                     f"{plural(c['start_urls_waiting'], 'start URL')} waiting, {c['seen']} seen, "
                     f"{c['requests_failed']} failed"
@@ -208,7 +222,8 @@ class Command(RedisCommand):
     def describe(self, result: dict[str, Any]) -> str:
         f, d = result["frontier"], result["dead_letters"]
         lines = [
-            f"crawl {result['spider']!r}: {'idle' if result['idle'] else 'running'}",
+            f"crawl {result['crawl']!r}: {result['state']}"
+            + (" (work is left and no worker is alive: start one to go on)" if result["state"] == "stalled" else ""),
             f"  progress: {progress(result)}",
             f"  frontier: {f['queued']} queued on {plural(f['hosts'], 'host')}, {f['in_flight']} in flight, "
             f"{plural(f['start_urls_waiting'], 'start URL')} waiting",

@@ -69,7 +69,9 @@ class FrontierScheduler(BaseScheduler):
     async def _open(self, spider: Spider) -> None:
         config = self.config.for_spider(spider)
         self._asyncio_loop = asyncio.get_running_loop()
-        hooks = NodeHooks(info=self._node_info, dropped=self._dropped, reclaimed=self._reclaimed)
+        hooks = NodeHooks(
+            info=self._node_info, dropped=self._dropped, reclaimed=self._reclaimed, state_lost=self._state_lost
+        )
         session = await join(self.crawler, config, spider, self.node_id, self.health, hooks)
         if session is None:
             return
@@ -87,6 +89,7 @@ class FrontierScheduler(BaseScheduler):
         self.crawler.signals.connect(loop.on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
         scrapy_internals.after_scrape(self.crawler, loop.leases.scraped)
+        scrapy_internals.after_downloader_request(self.crawler, loop.leases.handed_on)
         loop.start()
 
     async def _record_crawl(self) -> None:
@@ -122,6 +125,10 @@ class FrontierScheduler(BaseScheduler):
     def _dropped(self) -> None:
         if self.loop is not None:
             self.loop.dropped()
+
+    def _state_lost(self) -> None:
+        if self.loop is not None:
+            self.loop.state_lost()
 
     def _reclaimed(self, leases: int, nodes: int) -> None:
         self._asyncio_loop.call_soon_threadsafe(self.crawler.stats.inc_value, "frontier/reclaimed", leases)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions
 
@@ -51,11 +52,13 @@ SEEN_FEED_ENTRIES = 500
 class NodeHooks:
     """What the heartbeat thread calls (:class:`~scrapy_frontier.nodes.Heartbeat`): ``info()``, the
     node's facts to publish; ``dropped()``, when this node finds it had been declared dead;
-    ``reclaimed(leases, nodes)``, when it took back dead nodes' leases."""
+    ``reclaimed(leases, nodes)``, when it took back dead nodes' leases; ``state_lost()``, when the
+    crawl's epoch is gone from Redis (:attr:`Session.epoch`)."""
 
     info: Callable[[], dict[str, Any]]
     dropped: Callable[[], None]
     reclaimed: Callable[[int, int], None]
+    state_lost: Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class Session:
     dedup: DedupConfig
     dead: DeadLetters
     seen: SeenCache
+    #: The crawl's identity in Redis (``epoch`` in ``<spider>:dupefilter:meta``), written by its
+    #: first worker: gone or changed, the crawl's state was lost (Redis restarted without
+    #: persistence, or a replica that had not synced was promoted).
+    epoch: bytes
 
 
 async def join(
@@ -164,6 +171,12 @@ async def join(
         )
     if not shards_agree(crawler, config, keys, client, shards):
         return None
+    try:
+        await client.hsetnx(keys.dupefilter_meta, "epoch", secrets.token_hex(8))
+        epoch = cast(bytes, await client.hget(keys.dupefilter_meta, "epoch"))  # a bytes client
+    except REDIS_FAILURES as exc:
+        fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+        return None
     keys = keys.with_shards(shards)
     register(crawler, keys)
     local_seen = config.local_seen_max
@@ -197,6 +210,8 @@ async def join(
         on_reclaimed=hooks.reclaimed,
         clock=server_clock(crawler),
         health=health,
+        epoch=epoch,
+        on_state_lost=hooks.state_lost,
     )
     try:
         await asyncio.to_thread(heartbeat.beat)
@@ -210,7 +225,7 @@ async def join(
         layout += f", pushes on {frontier.wait_replicas} replica(s) before acknowledgements"
     logger.info("Joined the crawl %r on %s%s as node %s", keys.crawl, redact_url(url), layout, node_id)
     dead = DeadLetters(client, config.dead_letter_dir)
-    return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen))
+    return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen), epoch)
 
 
 async def old_format_leases(client: Any, keys: Keys) -> int:

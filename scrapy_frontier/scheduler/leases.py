@@ -7,7 +7,10 @@ flush (acknowledgements go with the pushes of the requests the response produced
 - the request failed for good (retries exhausted, a download error, an error in the callback):
   acknowledged and kept as a dead letter in ``<spider>:requests:failed``;
 - a downloader middleware replaced the request (a retry or a redirect, :meth:`LeaseBook.replaced`):
-  the parent's response never reaches the scraper, so its lease ends when the child is queued.
+  the parent's response never reaches the scraper, so its lease ends when the child is queued,
+  or, when the child never reaches the scheduler (Scrapy's offsite filter drops a redirect to
+  another host before it) or is not a retry or a redirect, once the engine has handed it on
+  (:meth:`LeaseBook.handed_on`).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class LeaseBook:
         self._leases: dict[bytes, _Lease] = {}
         self.to_ack: list[bytes] = []
         self.to_fail: list[str] = []
+        #: The last request offered to the scheduler (:meth:`replaced` sees every one).
+        self._offered: Request | None = None
+        self._log_drops = True
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -106,6 +112,7 @@ class LeaseBook:
         (:data:`RETRY_DONT_FILTER_META`): a redirect of the retry is deduplicated again, since
         ``dont_filter`` is otherwise copied onto redirects (scrapy#6895) and a page already
         crawled would be fetched and stored again."""
+        self._offered = request
         parent = request.meta.get(LEASE_META)
         if parent is None:
             return None
@@ -123,6 +130,33 @@ class LeaseBook:
         del self._leases[parent]
         self.ack(parent)
         return kind
+
+    def handed_on(self, child: Request, parent: Request) -> None:
+        """A downloader middleware answered ``parent`` with ``child`` and the engine has handed
+        ``child`` on (:func:`scrapy_frontier.scrapy_internals.after_downloader_request`). Scrapy
+        is done with ``parent``: when its lease is still held (``child`` did not end it in
+        :meth:`replaced`), it is acknowledged. A ``child`` that never reached the scheduler was
+        dropped by a ``request_scheduled`` handler (Scrapy's offsite filter, for a redirect to a
+        host outside ``allowed_domains``): counted in ``frontier/dropped/before_scheduler``, the
+        first one logged at INFO."""
+        field = parent.meta.get(LEASE_META)
+        lease = self._leases.get(field) if field is not None else None
+        if field is None or lease is None or lease.request is not parent:
+            return
+        del self._leases[field]
+        self.ack(field)
+        if self._offered is child:
+            return
+        self.stats.inc_value("frontier/dropped/before_scheduler")
+        level = logging.INFO if self._log_drops else logging.DEBUG
+        self._log_drops = False
+        logger.log(
+            level,
+            "Dropped before the scheduler (offsite, or another request_scheduled handler): %s, from %s; its "
+            "lease is acknowledged (further drops: DEBUG, counted in frontier/dropped/before_scheduler)",
+            child,
+            parent,
+        )
 
     def scraped(self, passthrough: Any, result: Any, request: Request) -> Any:
         """Scrapy is done with ``request``'s response or failure ``result``: acknowledge its lease,

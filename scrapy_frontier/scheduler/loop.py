@@ -12,6 +12,7 @@ returns only once they are committed).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier import scrapy_internals
+from scrapy_frontier.config import STATE_LOST
 from scrapy_frontier.connection import REDIS_FAILURES, describe_error
 from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.frontier import Entry, Lease
@@ -87,6 +89,8 @@ class FrontierLoop:
         self.dedup = session.dedup
         self.dead = session.dead
         self.seen = session.seen
+        self.epoch = session.epoch
+        self._state_lost = False
         self.leases = LeaseBook(self.keys, node_id, self.stats, config.download_maxsize)
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes)
         self._local: deque[Request] = deque()
@@ -242,6 +246,12 @@ class FrontierLoop:
         return len(self._local) <= self.config.prefetch // 2 and time.monotonic() >= self._next_poll
 
     async def _step(self) -> None:
+        if self._state_lost:
+            return
+        if self.heartbeat.state_lost or (self._outage_since is not None and await self._epoch_gone()):
+            # a restart is an outage: the crawl's state must have survived it before anything is written
+            self._lose_state()
+            return
         forgets = self.heartbeat.forgets
         if self.seen.forgets_seen(forgets):
             logger.info(
@@ -457,6 +467,37 @@ class FrontierLoop:
             "(pages in flight may be fetched twice)"
         )
 
+    def state_lost(self) -> None:
+        # Called on the heartbeat thread: the crawl's epoch is gone from Redis.
+        self._loop.call_soon_threadsafe(self._lose_state)
+
+    def _lose_state(self) -> None:
+        """The crawl's state in Redis is gone: say so in one line and stop the crawl (finish
+        reason :data:`~scrapy_frontier.config.STATE_LOST`: ``scrapy crawl`` exits with status 1),
+        with neither "finished" nor a clear of what is left, nor leases given back."""
+        if self._state_lost:
+            return
+        self._state_lost = True
+        self.stats.set_value("frontier/state_lost", 1)
+        logger.error(
+            "The crawl's state in Redis is gone (%s has no epoch %s): Redis restarted without persistence, "
+            "or a replica was promoted before it synced. This worker fetched %s and scraped %s, which stay "
+            "stored; it stops here. Start the crawl again from its start URLs (docs/operating.md, "
+            '"When things fail")',
+            self.keys.dupefilter_meta,
+            self.epoch.decode(),
+            plural(self.stats.get_value("response_received_count", 0), "page"),
+            plural(self.stats.get_value("item_scraped_count", 0), "item"),
+        )
+        self._loop.create_task(self.crawler.engine.close_spider_async(reason=STATE_LOST))
+
+    async def _epoch_gone(self) -> bool:
+        """Whether the crawl's epoch is gone from Redis (one ``HGET``); if so, :meth:`_lose_state`."""
+        if self._state_lost or await self.frontier.redis.hget(self.keys.dupefilter_meta, "epoch") != self.epoch:
+            self._lose_state()
+            return True
+        return False
+
     # -- idle -----------------------------------------------------------------------------
 
     async def _check_idle(self) -> None:
@@ -466,6 +507,8 @@ class FrontierLoop:
         status = await self.frontier.status()
         if not status.idle:
             self._idle_since = None
+        elif await self._epoch_gone():
+            return
         elif self._idle_since is None:
             self._idle_since = time.monotonic()
         elif time.monotonic() - self._idle_since >= self.config.idle_close:
@@ -488,6 +531,12 @@ class FrontierLoop:
             await self._task
         await asyncio.to_thread(self.heartbeat.stop)
         self.heartbeat.client.close()
+        if self._state_lost or self.heartbeat.state_lost:
+            # Nothing to give back to: what this node would write would be a crawl of its own. It
+            # only takes itself out of the nodes registry its heartbeat wrote again.
+            with contextlib.suppress(*REDIS_FAILURES):
+                await self.frontier.leave()
+            return
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -513,7 +562,7 @@ class FrontierLoop:
             logger.info("Returned %s to the frontier", plural(released, "leased request"))
         if not self.config.persist and reason == "finished":
             status = await self.frontier.status()
-            if status.idle and status.nodes == 0:
+            if status.idle and status.nodes == 0 and not await self._epoch_gone():
                 await self.frontier.clear()
                 await self.frontier.redis.srem(self.config.crawls_key, self.keys.crawl)
                 logger.info(
