@@ -93,13 +93,20 @@ def redact_url(url: str | None) -> str:
     redis-cli reads as a password), the values of query parameters from the first that looks
     secret (``?password=***``) on are replaced by ``***``; a URL that :func:`url_problem` finds
     malformed is shown as its scheme alone (``redis://***``), since any part of it may be a
-    piece of its password."""
+    piece of its password, unless it has no userinfo at all (no ``@``, and no ``:`` outside an IP
+    v6 literal's brackets: ``http://[::1`` is shown as it is)."""
     if not url:
         return repr(url)
     if url_problem(url) is not None:
-        scheme, sep, _ = url.partition("://")
+        scheme, sep, rest = url.partition("://")
+        if sep and "@" not in rest and ":" not in re.sub(r"\[[^\]]*(\]|$)", "", rest.split("/", 1)[0]):
+            return url
         return f"{scheme}://***" if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) else "***"
     parts = urlsplit(url)
+    try:
+        _ = parts.port
+    except ValueError:  # redis://:s3cret: a password taken for a port
+        return f"{parts.scheme}://***"
     host = parts.netloc.rsplit("@", 1)[-1]
     if parts.password is not None:
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")

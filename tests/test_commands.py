@@ -197,6 +197,15 @@ def test_redact_url_never_shows_a_password_whatever_the_urls_shape(char):
     assert redact_url(f"redis://default:{quote(password, safe='')}@h:1/0") == "redis://default:***@h:1/0"
 
 
+def test_redact_url_shows_a_malformed_url_that_has_no_userinfo():
+    from scrapy_frontier.connection import redact_url
+
+    assert redact_url("http://[::1") == "http://[::1"  # an IP v6 literal left open: nothing to hide
+    assert redact_url("redis://[::1/0") == "redis://[::1/0"
+    assert redact_url("redis://:s3cret") == "redis://***"  # a password without its host
+    assert redact_url("http://u:s3cret@[::1") == "http://***"
+
+
 @pytest.mark.parametrize(
     ("setting", "url"),
     [
