@@ -214,6 +214,19 @@ def mysql_query(mysql_server):
     return query
 
 
+def scrapy_command(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``scrapy <command>`` run from the project's directory with only ``env`` (and PATH): its
+    exit status and output (text)."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *command],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 class Worker:
     """A ``scrapy crawl`` process; its log is kept in a file."""
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT
+from tests.conftest import scrapy_command as run
 
 GOOD_PAGE = {
     "url": "http://h/2",
@@ -19,17 +20,6 @@ GOOD_PAGE = {
     "fetched_at": "2026-01-01T00:00:00+00:00",
     "title": "ok",
 }
-
-
-def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_requeue_moves_requests_and_keeps_what_is_not_a_request(redis_url, redis_client):

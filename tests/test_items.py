@@ -10,13 +10,11 @@ import hashlib
 import html
 import json
 import re
-import subprocess
-import sys
 from datetime import UTC
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import scrapy_command as run
 from tests.servers import DOCS
 
 PAGES = ["library/json.html", "library/os.html", "library/re.html"]
@@ -109,17 +107,6 @@ def test_a_second_crawl_of_the_same_items_adds_no_rows(docs_site, start_worker, 
     assert third.wait() == 0, third.output[-3000:]
     assert third.stat("storage/written/items") == 4 * len(PAGES)
     assert counts(mysql_query) == after_first
-
-
-def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 ARTICLE = {"item_class": "tests.items.Article", "item": {"url": "http://h/a", "title": "A", "words": 3}}

@@ -7,8 +7,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -16,21 +14,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_frontier.observability.metrics import METRIC_NAMES
-from tests.conftest import ROOT
+from tests.conftest import scrapy_command as run
 from tests.servers import queued_requests
 
 NODE = re.compile(r"^[^:]+:(\d+):[0-9a-f]{6}$")
-
-
-def run(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "scrapy", *command],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def scrape(address: str) -> dict[tuple[str, frozenset], float]:
