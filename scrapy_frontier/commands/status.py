@@ -232,7 +232,7 @@ class Command(RedisCommand):
             f"  dead letters: {plural(d['requests_failed'], 'failed request')}, "
             f"{plural(d['start_urls_invalid'], 'refused start URL')}, "
             f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
-            "  totals (every worker since the crawl began): "
+            "  totals (estimates: every worker since the crawl began, less the last seconds of one killed): "
             + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
             f"  workers: {len(result['workers'])}",
         ]
