@@ -334,10 +334,11 @@ def test_bad_scrapy_settings_stop_the_crawl_with_one_line(name, value, distribut
 
 
 @pytest.mark.parametrize("url", ["", "ftp://x", "notaurl", "http://ok.invalid/ \udcff"])
-def test_bad_url_argument_stops_with_exit_status_2(url, start_worker):
+def test_bad_url_argument_stops_with_exit_status_2(url, start_worker, tmp_path):
     worker = start_worker(args=["-a", f"url={url}"])
     assert worker.wait(60) == 2
     assert "Refused -a url=" in worker.output and "Traceback" not in worker.output
+    assert not (tmp_path / "crawl.sqlite3").exists()  # stopped before the storage opened its database
 
 
 @pytest.mark.slow

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy.exceptions import CloseSpider
+from scrapy import signals
 
-from scrapy_frontier.config import CONFIG_ERROR
+from scrapy_frontier.config import fail_at_open, read_value
 from scrapy_frontier.serialize import RequestRefused, check_url
 
 if TYPE_CHECKING:
@@ -25,19 +25,29 @@ def url_argument(url: str | None) -> list[str]:
 
 def checked_start_urls(spider: scrapy.Spider, example: str) -> list[str]:
     """``spider.start_urls`` made safe (RFC 3986 escaping), each checked as a worker checks a
-    pushed URL. Raises ``CloseSpider(config_error)`` (``scrapy crawl`` exits with status 2) after
-    one error line per refused URL, or when there is no start URL and no ``REDIS_URL`` to take
-    them from; ``example`` is the command line the error suggests."""
-    if not spider.start_urls and not spider.settings.get("REDIS_URL"):
-        spider.logger.error("No start URL: run `%s` (or set REDIS_URL and push to %s:start_urls)", example, spider.name)
-        raise CloseSpider(CONFIG_ERROR)
-    urls = []
+    pushed URL; called when the spider is made (``from_crawler``), before any component opens.
+    One error line per refused URL, or one when there is no start URL and no ``REDIS_URL`` to
+    take them from (``example`` is the command line it suggests), and the crawl stops as soon as
+    it opens (:func:`~scrapy_frontier.config.fail_at_open`: ``scrapy crawl`` exits with status 2)
+    with nothing written: no database file, no key in Redis."""
+    crawler = spider.crawler
+    if not spider.start_urls and not read_value(spider.settings, "REDIS_URL"):
+        fail_at_open(
+            crawler, "No start URL: run `%s` (or set REDIS_URL and push to %s:start_urls)", example, spider.name
+        )
+        return []
+    urls, refused = [], []
     for url in spider.start_urls:
         try:
             urls.append(check_url(url))
         except RequestRefused as exc:
-            spider.logger.error("Refused -a url=%r: %s", url, exc)
-            spider.crawler.stats.inc_value(f"start_urls/refused/{exc.reason}")
-    if len(urls) < len(spider.start_urls):
-        raise CloseSpider(CONFIG_ERROR)  # a mistyped command line: stop, exit status 2
-    return urls
+            fail_at_open(crawler, "Refused -a url=%r: %s", url, exc)
+            refused.append(exc.reason)
+    if refused:
+
+        def count(spider: scrapy.Spider) -> None:  # the crawler's stats exist once the crawl opens
+            for reason in refused:
+                crawler.stats.inc_value(f"start_urls/refused/{reason}")
+
+        crawler.signals.connect(count, signals.spider_opened, weak=False)
+    return urls if not refused else []

@@ -9,7 +9,7 @@ It reads that one page and follows no link. The items are dataclasses with a sch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import scrapy
 
@@ -18,6 +18,8 @@ from crawler.spiders import checked_start_urls, url_argument
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from scrapy.crawler import Crawler
 
 
 class ModulesSpider(scrapy.Spider):
@@ -30,9 +32,14 @@ class ModulesSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         self.start_urls = url_argument(url)
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.start_urls = checked_start_urls(spider, "scrapy crawl modules -a url=https://host/py-modindex.html")
+        return spider
+
     async def start(self) -> AsyncIterator[Any]:
-        urls = checked_start_urls(self, "scrapy crawl modules -a url=https://host/py-modindex.html")
-        for url in urls:
+        for url in self.start_urls:
             yield scrapy.Request(url, callback=self.parse)
 
     def parse(self, response: Any) -> Iterator[Module]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urldefrag, urlsplit
 
 import scrapy
@@ -18,6 +18,8 @@ from crawler.spiders import checked_start_urls, url_argument
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+
+    from scrapy.crawler import Crawler
 
 #: Request meta key holding the hosts a request's descendants may visit.
 HOSTS_META = "site_hosts"
@@ -39,9 +41,14 @@ class SiteSpider(scrapy.Spider):
         self.start_urls = url_argument(url)
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
 
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.start_urls = checked_start_urls(spider, "scrapy crawl site -a url=https://host/")
+        return spider
+
     async def start(self) -> AsyncIterator[Any]:
-        urls = checked_start_urls(self, "scrapy crawl site -a url=https://host/")
-        for url in urls:
+        for url in self.start_urls:
             yield scrapy.Request(url, callback=self.parse)
 
     def parse(self, response: Any) -> Iterator[Any]:
