@@ -55,6 +55,8 @@ class FrontierScheduler(BaseScheduler):
         #: The joined crawl's loop: ``None`` until :meth:`open` has joined, and for good when the
         #: crawl could not be joined (it then stops as soon as it opens).
         self.loop: FrontierLoop | None = None
+        #: The reactor's asyncio loop, where the heartbeat thread's hooks hand their work.
+        self._asyncio_loop: asyncio.AbstractEventLoop | None = None
         self._started = time.time()
 
     @classmethod
@@ -131,7 +133,8 @@ class FrontierScheduler(BaseScheduler):
             self.loop.state_lost()
 
     def _reclaimed(self, leases: int, nodes: int) -> None:
-        self._asyncio_loop.call_soon_threadsafe(self.crawler.stats.inc_value, "frontier/reclaimed", leases)
+        if self._asyncio_loop is not None:
+            self._asyncio_loop.call_soon_threadsafe(self.crawler.stats.inc_value, "frontier/reclaimed", leases)
         # a dead node that held nothing (it stopped between batches) is worth a line, not a warning
         logger.log(
             logging.WARNING if leases else logging.INFO,
