@@ -516,13 +516,28 @@ def settings_doc(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
+    """``python -m scrapy_frontier.defaults [FILE ...]``: the settings tables on standard output,
+    or written into each FILE between its markers (docs/settings.md). Returns the exit status."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m scrapy_frontier.defaults",
+        description="Print the settings tables (markdown), or write them into FILE between its "
+        "<!-- BEGIN settings table ... --> and <!-- END settings table --> markers.",
+    )
+    parser.add_argument("files", nargs="*", metavar="FILE", help="e.g. docs/settings.md")
+    paths = parser.parse_args(argv).files
+    if not paths:
         for group in GROUPS:
             print(f"## {group}\n\n{settings_markdown(group)}\n")
         return 0
-    for path in argv:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            print(f"error: {path}: {exc.strerror}", file=sys.stderr)
+            return 2
         written = settings_doc(text)
         if written != text:
             with open(path, "w", encoding="utf-8") as f:
