@@ -103,11 +103,8 @@ def redact_url(url: str | None) -> str:
             return url
         return f"{scheme}://***" if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) else "***"
     parts = urlsplit(url)
-    if "@" not in parts.netloc and "," not in parts.netloc:  # one host, no userinfo
-        try:
-            _ = parts.port
-        except ValueError:  # redis://:s3cret: a password taken for a port
-            return f"{parts.scheme}://***"
+    if parts.netloc.startswith(":") and "@" not in parts.netloc:
+        return f"{parts.scheme}://***"  # redis://:s3cret: a password without its '@host', taken for a port
     host = parts.netloc.rsplit("@", 1)[-1]
     if parts.password is not None:
         parts = parts._replace(netloc=f"{parts.username or ''}:***@{host}")
