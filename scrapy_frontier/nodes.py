@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -141,9 +141,13 @@ class Heartbeat:
         # started: the server's time at the first beat, as every time status compares
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
-        self.forgets = cast("bytes | None", self.client.get(self.keys.forgets)) or b"0"  # a bytes client
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.forgets)
+            pipe.hget(self.keys.dupefilter_meta, "epoch")
+            forgets, epoch = pipe.execute()
+        self.forgets = forgets or b"0"
         if self.epoch is not None and not self.state_lost:
-            if self.client.hget(self.keys.dupefilter_meta, "epoch") != self.epoch:
+            if epoch != self.epoch:
                 # Redis restarted empty, or a replica that had not synced was promoted: this node
                 # was not declared dead, the whole crawl's state went
                 self.state_lost = True

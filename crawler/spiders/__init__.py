@@ -4,15 +4,18 @@ distributed mode, from ``<spider>:start_urls``: :func:`url_argument` and :func:`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
+import scrapy
 from scrapy import signals
 
 from scrapy_frontier.config import fail_at_open, read_value
 from scrapy_frontier.serialize import RequestRefused, check_url
 
 if TYPE_CHECKING:
-    import scrapy
+    from collections.abc import AsyncIterator
+
+    from scrapy.crawler import Crawler
 
 
 def url_argument(url: str | None) -> list[str]:
@@ -51,3 +54,25 @@ def checked_start_urls(spider: scrapy.Spider, example: str) -> list[str]:
 
         crawler.signals.connect(count, signals.spider_opened, weak=False)
     return urls if not refused else []
+
+
+class StartUrlSpider(scrapy.Spider):
+    """A spider whose start URLs come from ``-a url=URL`` (several separated by white space),
+    checked when the spider is made (:func:`checked_start_urls`), or, in distributed mode, from
+    ``<spider>:start_urls``. ``example`` is the command line a missing start URL suggests."""
+
+    example = "scrapy crawl <spider> -a url=https://host/"
+
+    def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.start_urls = url_argument(url)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.start_urls = checked_start_urls(spider, cls.example)
+        return spider
+
+    async def start(self) -> AsyncIterator[Any]:
+        for url in self.start_urls:
+            yield scrapy.Request(url, callback=self.parse)

@@ -9,38 +9,22 @@ It reads that one page and follows no link. The items are dataclasses with a sch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
-
-import scrapy
+from typing import TYPE_CHECKING, Any
 
 from crawler.items import Module
-from crawler.spiders import checked_start_urls, url_argument
+from crawler.spiders import StartUrlSpider
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
-
-    from scrapy.crawler import Crawler
+    from collections.abc import Iterator
 
 
-class ModulesSpider(scrapy.Spider):
+class ModulesSpider(StartUrlSpider):
     """Start URLs come from ``-a url=URL`` (several separated by white space) or, in
     distributed mode, from the Redis list ``modules:start_urls``."""
 
     name = "modules"
 
-    def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.start_urls = url_argument(url)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.start_urls = checked_start_urls(spider, "scrapy crawl modules -a url=https://host/py-modindex.html")
-        return spider
-
-    async def start(self) -> AsyncIterator[Any]:
-        for url in self.start_urls:
-            yield scrapy.Request(url, callback=self.parse)
+    example = "scrapy crawl modules -a url=https://host/py-modindex.html"
 
     def parse(self, response: Any) -> Iterator[Module]:
         """One Module per row of the index table that names a module (``<code class="xref">``):

@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urldefrag, urlsplit
 
-import scrapy
 from scrapy.http import HtmlResponse
 from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
 from crawler.items import Page
 from crawler.pagetext import page_text
-from crawler.spiders import checked_start_urls, url_argument
+from crawler.spiders import StartUrlSpider
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import Iterator
 
-    from scrapy.crawler import Crawler
 
 #: Request meta key holding the hosts a request's descendants may visit.
 HOSTS_META = "site_hosts"
 
 
-class SiteSpider(scrapy.Spider):
+class SiteSpider(StartUrlSpider):
     """Crawl every page of the start URLs' hosts.
 
     Start URLs come from ``-a url=URL`` (several separated by white space; a URL that is not
@@ -36,20 +34,11 @@ class SiteSpider(scrapy.Spider):
 
     name = "site"
 
+    example = "scrapy crawl site -a url=https://host/"
+
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.start_urls = url_argument(url)
+        super().__init__(*args, url=url, **kwargs)
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> Self:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.start_urls = checked_start_urls(spider, "scrapy crawl site -a url=https://host/")
-        return spider
-
-    async def start(self) -> AsyncIterator[Any]:
-        for url in self.start_urls:
-            yield scrapy.Request(url, callback=self.parse)
 
     def parse(self, response: Any) -> Iterator[Any]:
         hosts = self._hosts(response)

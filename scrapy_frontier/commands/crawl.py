@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 
 class Command(ScrapyCrawlCommand):
+    #: Crawlers made whose spider has not closed: one left when the run ends was stopped unclean.
+    _unclosed = 0
+
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         super().process_options(args, opts)
         assert self.settings is not None
@@ -48,7 +51,7 @@ class Command(ScrapyCrawlCommand):
 
     def _create_crawler(self, spidercls: Any) -> Crawler:
         crawler = super()._create_crawler(spidercls)
-        self._unclosed = getattr(self, "_unclosed", 0) + 1
+        self._unclosed += 1
         logjson.set_crawler(crawler)
         crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
         return crawler
@@ -63,7 +66,7 @@ class Command(ScrapyCrawlCommand):
     def run(self, args: list[str], opts: Any) -> None:
         exitcode = getattr(self, "exitcode", 0)
         super().run(args, opts)
-        if getattr(self, "_unclosed", 0) > 0:
+        if self._unclosed > 0:
             # the reactor stopped with a spider still open: a second SIGINT or SIGTERM (Scrapy's
             # "forcing unclean shutdown"), whose leases are left for the other workers to reclaim
             exitcode = max(exitcode, 1)

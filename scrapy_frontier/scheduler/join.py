@@ -8,7 +8,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
@@ -172,8 +172,10 @@ async def join(
     if not shards_agree(crawler, config, keys, client, shards):
         return None
     try:
-        await client.hsetnx(keys.dupefilter_meta, "epoch", secrets.token_hex(8))
-        epoch = cast(bytes, await client.hget(keys.dupefilter_meta, "epoch"))  # a bytes client
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hsetnx(keys.dupefilter_meta, "epoch", secrets.token_hex(8))
+            pipe.hget(keys.dupefilter_meta, "epoch")
+            _, epoch = await pipe.execute()
     except REDIS_FAILURES as exc:
         fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
         return None

@@ -248,10 +248,11 @@ class FrontierLoop:
     async def _step(self) -> None:
         if self._state_lost:
             return
-        if self.heartbeat.state_lost or (self._outage_since is not None and await self._epoch_gone()):
-            # a restart is an outage: the crawl's state must have survived it before anything is written
+        if self.heartbeat.state_lost:
             self._lose_state()
             return
+        if self._outage_since is not None and await self._epoch_gone():
+            return  # a restart is an outage: the crawl's state must have survived it before anything is written
         forgets = self.heartbeat.forgets
         if self.seen.forgets_seen(forgets):
             logger.info(
@@ -507,11 +508,10 @@ class FrontierLoop:
         status = await self.frontier.status()
         if not status.idle:
             self._idle_since = None
-        elif await self._epoch_gone():
-            return
         elif self._idle_since is None:
             self._idle_since = time.monotonic()
-        elif time.monotonic() - self._idle_since >= self.config.idle_close:
+        elif time.monotonic() - self._idle_since >= self.config.idle_close and not await self._epoch_gone():
+            # an empty Redis looks idle too: the crawl finishes only if its state is still there
             scrapy_internals.wake_engine(self.crawler)
 
     def on_idle(self, spider: Spider) -> None:
