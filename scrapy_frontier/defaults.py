@@ -535,10 +535,10 @@ def main(argv: list[str]) -> int:
         try:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
-        except OSError as exc:
-            print(f"error: {path}: {exc.strerror}", file=sys.stderr)
+            written = settings_doc(text)
+        except (OSError, ValueError) as exc:
+            print(f"error: {path}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
             return 2
-        written = settings_doc(text)
         if written != text:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(written)

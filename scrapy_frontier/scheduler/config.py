@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_frontier.config import fail_at_open, read_setting, read_value
 from scrapy_frontier.dupefilter import DedupConfig
-from scrapy_frontier.keys import CRAWLS_KEY, crawl_id_error
+from scrapy_frontier.keys import crawl_id_error
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -117,7 +117,7 @@ class SchedulerConfig:
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             dedup=dedup,
             redis_url=read_value(settings, "REDIS_URL"),
-            crawls_key=read_setting(crawler, "CRAWLS_KEY") or CRAWLS_KEY,
+            crawls_key=read_setting(crawler, "CRAWLS_KEY"),
             dead_letter_dir=read_setting(crawler, "DEAD_LETTER_DIR"),
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
         )
