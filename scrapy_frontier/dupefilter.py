@@ -196,9 +196,11 @@ def bloom_size(capacity: int, error_rate: float) -> tuple[int, int]:
 
 
 def fingerprinter_id(fingerprinter: Any) -> tuple[str, str]:
-    """``(class path, hex fingerprint of PROBE)``: what the meta hash records."""
+    """``(class path, hex fingerprint of PROBE)``: what the meta hash records. A fingerprinter
+    standing for another library's records that one's name (``recorded_name``)."""
     cls = type(fingerprinter)
-    return f"{cls.__module__}.{cls.__qualname__}", fingerprinter.fingerprint(PROBE).hex()
+    name = getattr(fingerprinter, "recorded_name", None) or f"{cls.__module__}.{cls.__qualname__}"
+    return name, fingerprinter.fingerprint(PROBE).hex()
 
 
 def meta_for(config: DedupConfig, fingerprinter: Any) -> dict[str, str]:

@@ -15,6 +15,7 @@ from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.adopt import crawl_fingerprinter
 from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import text
 from scrapy_frontier.dupefilter import (
@@ -117,6 +118,7 @@ class Command(RedisCommand):
             self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
             return None
         stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
+        fingerprinter = crawl_fingerprinter(stored, fingerprinter)
         config = DedupConfig.for_layout(layout).for_stored(stored)
         wanted = meta_for(config, fingerprinter)
         try:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
+from scrapy_frontier import adopt
 from scrapy_frontier.config import fail_at_open, failed_at_open
 from scrapy_frontier.connection import (
     REDIS_FAILURES,
@@ -77,6 +78,9 @@ class Session:
     #: first worker: gone or changed, the crawl's state was lost (Redis restarted without
     #: persistence, or a replica that had not synced was promoted).
     epoch: bytes
+    #: The crawl's request fingerprinter: the crawler's, or scrapy-redis's for a dupefilter
+    #: adopted from scrapy-redis (:func:`~scrapy_frontier.adopt.crawl_fingerprinter`).
+    fingerprinter: Any
 
 
 async def join(
@@ -120,7 +124,15 @@ async def join(
         )
         return None
     try:
-        claimed = await claim_dupefilter(client, keys, config.dedup, crawler.request_fingerprinter)
+        adoption = await adopt.prepare(client, keys, spider, crawler.settings, crawler.request_fingerprinter, node_id)
+    except adopt.AdoptionError as exc:
+        fail_at_open(crawler, "Cannot adopt the scrapy-redis crawl %r: %s", keys.crawl, exc)
+        return None
+    except REDIS_FAILURES as exc:
+        fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+        return None
+    try:
+        claimed = await claim_dupefilter(client, keys, config.dedup, adoption.fingerprinter)
         shards = await record_shards(client, keys, shards_for(config, client))
         # the layout the crawl recorded: a scrapy-redis set kept, the packed buckets' count
         meta = {text(k): text(v) for k, v in (await client.hgetall(keys.dupefilter_meta)).items()}
@@ -167,7 +179,7 @@ async def join(
             "Dupefilter %s: layout %s, written by %s",
             keys.dupefilter,
             dedup.layout,
-            fingerprinter_id(crawler.request_fingerprinter)[0],
+            fingerprinter_id(adoption.fingerprinter)[0],
         )
     if not shards_agree(crawler, config, keys, client, shards):
         return None
@@ -200,6 +212,15 @@ async def join(
         # a recrawl age lets a URL through again: a worker must not skip it on another's word
         seen_feed=SEEN_FEED_ENTRIES if local_seen and dedup.layout != "zset" else 0,
     )
+    if adoption.locked:
+        try:
+            await adopt.move(client, keys, frontier, spider, adoption, node_id, crawler.settings, crawler.stats)
+        except adopt.AdoptionError as exc:
+            fail_at_open(crawler, "Cannot adopt the scrapy-redis crawl %r: %s", keys.crawl, exc)
+            return None
+        except REDIS_FAILURES as exc:
+            fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+            return None
     heartbeat = Heartbeat(
         sync_redis(crawler.settings),
         keys,
@@ -227,7 +248,7 @@ async def join(
         layout += f", pushes on {frontier.wait_replicas} replica(s) before acknowledgements"
     logger.info("Joined the crawl %r on %s%s as node %s", keys.crawl, redact_url(url), layout, node_id)
     dead = DeadLetters(client, config.dead_letter_dir)
-    return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen), epoch)
+    return Session(client, keys, frontier, heartbeat, dedup, dead, SeenCache(local_seen), epoch, adoption.fingerprinter)
 
 
 async def old_format_leases(client: Any, keys: Keys) -> int:

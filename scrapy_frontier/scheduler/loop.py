@@ -90,6 +90,7 @@ class FrontierLoop:
         self.dead = session.dead
         self.seen = session.seen
         self.epoch = session.epoch
+        self.fingerprinter = session.fingerprinter
         self._state_lost = False
         self.leases = LeaseBook(self.keys, node_id, self.stats, config.download_maxsize)
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes)
@@ -155,7 +156,7 @@ class FrontierLoop:
         digest = b""
         seen_key = 0
         if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
-            digest = self.crawler.request_fingerprinter.fingerprint(request)
+            digest = self.fingerprinter.fingerprint(request)
             seen_key = fingerprint_int64(digest)
             if seen_key in self.seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so
