@@ -160,6 +160,7 @@ async def prepare(
     :data:`LOCK_TTL` seconds, and this worker goes on in its place). Raises
     :class:`AdoptionError`."""
     renamed, lock, _ = adoption_keys(keys)
+    waited = False
     while True:
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.dupefilter_meta)
@@ -178,12 +179,13 @@ async def prepare(
             return Found(await _choose(client, keys, spider, settings, default_fingerprinter, []))
         if await client.set(lock, node_id, nx=True, ex=LOCK_TTL):
             break
-        holder = await client.get(lock)
-        logger.info(
-            "Waiting for node %s to move the scrapy-redis queue of %r into the frontier",
-            text(holder or b"?"),
-            keys.crawl,
-        )
+        if not waited:
+            logger.info(
+                "Waiting for node %s to move the scrapy-redis queue of %r into the frontier",
+                text(await client.get(lock) or b"?"),
+                keys.crawl,
+            )
+            waited = True
         await asyncio.sleep(0.5)
     if foreign_queue:
         if pending:
