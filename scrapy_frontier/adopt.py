@@ -49,7 +49,7 @@ from scrapy import Request
 from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.request import request_from_dict
 
-from scrapy_frontier.connection import text
+from scrapy_frontier.connection import is_cluster, text
 from scrapy_frontier.frontier import Entry
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.serialize import RequestRefused, request_to_json
@@ -177,6 +177,11 @@ async def prepare(
         if not (pending or foreign_queue):
             # a scrapy-redis dupefilter and nothing queued: only the fingerprint to decide
             return Found(await _choose(client, keys, spider, settings, default_fingerprinter, []))
+        if is_cluster(client):
+            raise AdoptionError(
+                f"{keys.queue} is a scrapy-redis queue on a Redis Cluster, whose hash slots this version cannot "
+                "move it across: finish that crawl with scrapy-redis, or start over (another CRAWL_ID)"
+            )
         if await client.set(lock, node_id, nx=True, ex=LOCK_TTL):
             break
         if not waited:
