@@ -137,8 +137,22 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             bool,
             doc="keep the frontier and dupefilter when the crawl finishes (else the last worker clears them)",
         ),
+        Setting(
+            "SCHEDULER_FLUSH_ON_START",
+            False,
+            bool,
+            doc="a worker that starts the crawl (no other live worker registered) first clears its frontier, "
+            "dupefilter and leases (the start URLs stay); a worker joining live workers clears nothing",
+        ),
         Setting("REDIS_START_URLS_AS_SET", False, bool, doc="start URLs in a set (SADD) instead of a list (LPUSH)"),
         Setting("REDIS_START_URLS_BATCH_SIZE", 100, int, minimum=1, doc="start URLs taken per round trip"),
+        Setting(
+            "REDIS_ENCODING",
+            "utf-8",
+            str,
+            doc="encoding of the start-URL payloads (a Python codec name; a spider's `redis_encoding` overrides it); "
+            "a payload that does not decode is refused as `not_decodable`",
+        ),
         Setting(
             "REDIS_START_URLS_MAX_BYTES",
             65_536,

@@ -31,6 +31,7 @@ from scrapy_frontier.keys import Keys, register
 from scrapy_frontier.nodes import Heartbeat, server_clock
 from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.redis_health import RedisHealth
+from scrapy_frontier.scheduler.flush import flush_on_start
 from scrapy_frontier.scheduler.seen_cache import SeenCache
 from scrapy_frontier.wording import plural
 
@@ -118,6 +119,8 @@ async def join(
             setting,
             wanted,
         )
+        return None
+    if config.flush_on_start and not await flush_on_start(crawler, client, keys, node_id, config.node_timeout):
         return None
     try:
         claimed = await claim_dupefilter(client, keys, config.dedup, crawler.request_fingerprinter)
