@@ -76,7 +76,8 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             {},
             dict,
             doc="extra `redis.Redis` arguments over the defaults: socket timeout 30 s, connect timeout 10 s, "
-            "retry on timeout, health check every 30 s (`decode_responses` and `url` are ignored)",
+            "retry on timeout, health check every 30 s (`decode_responses`, `encoding` and `url` are ignored, `redis_cls` "
+            "is refused)",
         ),
         Setting(
             "REDIS_CLUSTER",
@@ -150,8 +151,8 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             "REDIS_ENCODING",
             "utf-8",
             str,
-            doc="encoding of the start-URL payloads (a Python codec name; a spider's `redis_encoding` overrides it); "
-            "a payload that does not decode is refused as `not_decodable`",
+            doc="encoding of the start-URL payloads (a Python codec name); "
+            "a payload that does not decode is refused (`not_utf8`, or `not_decodable` with another encoding)",
         ),
         Setting(
             "REDIS_START_URLS_MAX_BYTES",
