@@ -10,7 +10,8 @@ for that component, so a project's own settings, ``-s`` and a spider's ``custom_
 still win. Each part has its switch:
 
 - the distributed scheduler and dupefilter, when ``REDIS_URL`` is set (in any settings source or
-  in the environment);
+  in the environment), or scrapy-redis's ``REDIS_HOST`` / ``REDIS_PORT`` or scheduler
+  (:mod:`scrapy_frontier.scrapy_redis_settings`: what each scrapy-redis setting becomes);
 - downloader middlewares: retry with backoff and Retry-After in place of Scrapy's
   ``RetryMiddleware`` (``RETRY_ENABLED``), robots.txt fetched once per host for the whole crawl
   in place of Scrapy's ``RobotsTxtMiddleware`` (``ROBOTSTXT_OBEY``), politeness shared by every
@@ -22,8 +23,8 @@ still win. Each part has its switch:
   (``GC_FREEZE_ENABLED``); and the log formatter (``LOG_FORMATTER``).
 
 A built-in that the project disabled (set to ``None``) is not replaced: a project without
-retries gets no retry middleware from here either. A scrapy-redis scheduler or dupefilter left in
-the settings is replaced, with one log line, since the two cannot share a crawl.
+retries gets no retry middleware from here either. A scrapy-redis scheduler, dupefilter or stats
+collector left in the settings is replaced, with one log line, since the two cannot share a crawl.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.extensions.logstats import LogStats
 from scrapy.utils.misc import load_object
 
+from scrapy_frontier import scrapy_redis_settings
 from scrapy_frontier.config import check_scrapy_settings, setting_or_env
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
 
@@ -133,6 +135,7 @@ class DistributedAddon:
             _install(settings, name, builtin, component, priority)
         if settings.get("LOG_FORMATTER") == "scrapy.logformatter.LogFormatter":
             settings.set("LOG_FORMATTER", LOG_FORMATTER, "addon")
+        scrapy_redis_settings.adopt(settings, self.crawler)
         if not settings.get("REDIS_URL"):
             return
         for name, ours in (("SCHEDULER", SCHEDULER), ("DUPEFILTER_CLASS", DUPEFILTER)):

@@ -119,8 +119,55 @@ def redact_url(url: str | None) -> str:
     return urlunsplit(parts)
 
 
-def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
+#: scrapy-redis's scheduler: named in a project's settings without any Redis setting, it connects
+#: to redis-py's default Redis, and so does this project.
+SCRAPY_REDIS_SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+#: redis-py's default Redis (``redis.Redis()``), which scrapy-redis uses without REDIS_URL.
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+
+def implied_redis_url(settings: BaseSettings) -> tuple[str, str] | None:
+    """The Redis URL scrapy-redis would use when ``REDIS_URL`` is not set, and why: ``REDIS_HOST``
+    (else ``REDIS_PARAMS["host"]``, else ``localhost``), ``REDIS_PORT`` (6379) and ``REDIS_DB`` (0)
+    as scrapy-redis's ``connection.py`` hands them to ``redis.Redis``, when ``REDIS_HOST`` or
+    ``REDIS_PORT`` is set; else redis-py's default Redis when ``SCHEDULER`` is scrapy-redis's;
+    else ``None``. A password stays in ``REDIS_PARAMS``, out of the URL. Raises
+    :class:`ConfigError` for a port or database that is not a number."""
+    if read_value(settings, "REDIS_URL"):
+        return None
+    try:
+        params = settings.getdict("REDIS_PARAMS")
+    except (TypeError, ValueError):
+        params = {}
+    host = settings.get("REDIS_HOST") or params.get("host")
+    port = settings.get("REDIS_PORT") or params.get("port")
+    db = settings.get("REDIS_DB") or params.get("db") or 0
+    if not host and not port:
+        if settings.get("SCHEDULER") == SCRAPY_REDIS_SCHEDULER:
+            return DEFAULT_REDIS_URL, f"SCHEDULER={SCRAPY_REDIS_SCHEDULER} without REDIS_URL, REDIS_HOST or REDIS_PORT"
+        return None
+    for name, value in (("REDIS_PORT", port or 6379), ("REDIS_DB", db)):
+        if not str(value).strip().isdigit():
+            raise ConfigError(f"Setting {name}={value!r:.50} is not a valid int")
+    host = str(host or "localhost").strip()
+    shown_host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    given = ", ".join(n for n in ("REDIS_HOST", "REDIS_PORT", "REDIS_DB") if settings.get(n))
+    return f"redis://{shown_host}:{int(str(port or 6379).strip())}/{int(str(db).strip())}", f"{given} without REDIS_URL"
+
+
+def redis_url(settings: BaseSettings) -> str | None:
+    """The crawl's Redis URL: ``REDIS_URL`` (from the settings or the environment), else the one
+    scrapy-redis would use (:func:`implied_redis_url`), else ``None`` (embedded mode). Raises
+    :class:`ConfigError` as :func:`implied_redis_url` does."""
     url = read_value(settings, "REDIS_URL")
+    if url:
+        return str(url)
+    implied = implied_redis_url(settings)
+    return implied[0] if implied else None
+
+
+def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
+    url = redis_url(settings)
     if not url or not isinstance(url, str):
         raise ConfigError("REDIS_URL is not set")
     problem = url_problem(url)
@@ -142,9 +189,24 @@ def _params(settings: BaseSettings) -> tuple[str, dict[str, Any]]:
         raise ConfigError(
             f"REDIS_PARAMS={settings.get('REDIS_PARAMS')!r:.100} is not a dict of redis.Redis arguments"
         ) from None
+    if "redis_cls" in extra:
+        raise ConfigError(
+            "REDIS_PARAMS['redis_cls'] is not supported: the client is redis-py's Redis, RedisCluster "
+            "(REDIS_CLUSTER) or Sentinel primary, chosen from REDIS_URL; remove it"
+        )
     params = {**REDIS_PARAMS, **extra}
-    params.pop("decode_responses", None)
-    params.pop("url", None)
+    # scrapy-redis's REDIS_DECODE_RESPONSES and REDIS_ENCODING are for its own client; this one
+    # reads bytes (REDIS_ENCODING decodes start URLs: scheduler/start_urls.py).
+    for name in ("decode_responses", "url", "encoding"):
+        params.pop(name, None)
+    for setting, param in (("REDIS_PROTOCOL", "protocol"), ("REDIS_MAX_CONNECTIONS", "max_connections")):
+        value = settings.get(setting)
+        if value is None or value == "":
+            continue
+        if not str(value).strip().isdigit() or int(str(value).strip()) < 1 or (param == "protocol" and int(value) > 3):
+            wanted = "2 or 3" if param == "protocol" else "an int >= 1"
+            raise ConfigError(f"Setting {setting}={value!r:.50} is not valid: it must be {wanted}")
+        params[param] = int(str(value).strip())
     return url, params
 
 
@@ -226,6 +288,9 @@ def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
                 accepted = inspect.signature(cls.__init__).parameters
                 params = {k: v for k, v in params.items() if k in accepted}
             return cls.from_url(url, **params)
+        if "max_connections" in params:
+            # REDIS_MAX_CONNECTIONS: a call waits for a free connection instead of failing
+            return lib.Redis.from_pool(lib.BlockingConnectionPool.from_url(url, **params))
         return lib.Redis.from_url(url, **params)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: {exc}") from None
@@ -279,7 +344,7 @@ async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
     this at open, before any other component uses the client). Later clients made from the
     same settings in this process are cluster clients too."""
     client = shared_redis(crawler)
-    url = read_value(crawler.settings, "REDIS_URL")
+    url = str(redis_url(crawler.settings))
     if (
         is_cluster(client)
         or _declared_cluster(crawler.settings, url) is not None

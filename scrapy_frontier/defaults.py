@@ -76,7 +76,8 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             {},
             dict,
             doc="extra `redis.Redis` arguments over the defaults: socket timeout 30 s, connect timeout 10 s, "
-            "retry on timeout, health check every 30 s (`decode_responses` and `url` are ignored)",
+            "retry on timeout, health check every 30 s (`decode_responses`, `encoding` and `url` are ignored, `redis_cls` "
+            "is refused)",
         ),
         Setting(
             "REDIS_CLUSTER",
@@ -137,8 +138,22 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             bool,
             doc="keep the frontier and dupefilter when the crawl finishes (else the last worker clears them)",
         ),
+        Setting(
+            "SCHEDULER_FLUSH_ON_START",
+            False,
+            bool,
+            doc="a worker that starts the crawl (no other live worker registered) first clears its frontier, "
+            "dupefilter and leases (the start URLs stay); a worker joining live workers clears nothing",
+        ),
         Setting("REDIS_START_URLS_AS_SET", False, bool, doc="start URLs in a set (SADD) instead of a list (LPUSH)"),
         Setting("REDIS_START_URLS_BATCH_SIZE", 100, int, minimum=1, doc="start URLs taken per round trip"),
+        Setting(
+            "REDIS_ENCODING",
+            "utf-8",
+            str,
+            doc="encoding of the start-URL payloads (a Python codec name); "
+            "a payload that does not decode is refused (`not_utf8`, or `not_decodable` with another encoding)",
+        ),
         Setting(
             "REDIS_START_URLS_MAX_BYTES",
             65_536,

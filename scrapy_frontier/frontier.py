@@ -559,10 +559,11 @@ class Frontier:
             )
         return make_status(nodes, counts, crawl)
 
-    async def clear(self) -> None:
+    async def clear(self, *, leases: bool = False) -> None:
         """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl
-        (SCHEDULER_PERSIST=False, last node). Live rates (``<spider>:rates``) stay: they are
-        configuration."""
+        (SCHEDULER_PERSIST=False, last node), and with ``leases`` every node's leases and
+        start-URL leases (SCHEDULER_FLUSH_ON_START). Live rates (``<spider>:rates``) stay: they
+        are configuration."""
         k = self.keys
         keys: list[Any] = [k.dupefilter_meta, k.forgets]
         # every host's priorities and lists, the Bloom bits, the packed buckets and their count,
@@ -573,6 +574,10 @@ class Frontier:
             if k.shards:
                 keys.append(sh.rates)
             prefixes += [sh.queue_prefix, sh.dupefilter + ":", sh.politeness_prefix]
+            if leases:
+                prefixes.append(sh.lease_prefix)
+        if leases and k.shards:
+            prefixes.append(k.start_leases(""))
         keys += [key for key in await self._scan_prefixes(prefixes) if key != k.failed.encode()]
         for i in range(0, len(keys), 500):
             await self.redis.unlink(*keys[i : i + 500])

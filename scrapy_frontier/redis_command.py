@@ -16,12 +16,12 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
     REDIS_FAILURES,
     ConfigError,
     describe_error,
     redact_url,
+    redis_url,
     sync_redis,
 )
 from scrapy_frontier.keys import Keys, crawl_id_error
@@ -113,7 +113,7 @@ class RedisCommand(ScrapyCommand):
         except ConfigError as exc:
             return self._fail(str(exc))
         except REDIS_FAILURES as exc:
-            return self._fail(f"REDIS_URL {redact_url(read_value(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
+            return self._fail(f"REDIS_URL {redact_url(redis_url(self.settings))}: {describe_error(exc)}")
         try:
             keys = Keys.for_spider(self.settings, args[0], spidercls)
             keys = keys.with_shards(recorded_shards(client, keys))

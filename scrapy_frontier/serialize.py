@@ -9,6 +9,7 @@ are not stored.
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import json
 import math
@@ -292,33 +293,45 @@ def without_default_port(url: str) -> str:
     return f"{scheme}://{authority[: -len(suffix)]}{rest[end:]}"
 
 
-def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
-    """Turn one ``<spider>:start_urls`` entry into a request.
+def is_utf8(encoding: str) -> bool:
+    """Whether ``encoding`` names UTF-8 (``utf-8``, ``UTF8``, ``utf_8``...); raises ``LookupError``
+    for a name that is not a Python codec."""
+    return codecs.lookup(encoding).name == "utf-8"
+
+
+def parse_start_payload(
+    raw: bytes, spider: Spider, max_bytes: int, encoding: str = "utf-8"
+) -> tuple[Request, list[str]]:
+    """Turn one ``<spider>:start_urls`` entry, text in ``encoding`` (``REDIS_ENCODING``, a Python
+    codec name), into a request.
 
     ``raw`` is a URL, or a JSON object with the keys ``url`` (required), ``meta``, ``method``,
     ``headers``, ``body``, ``priority``, ``callback`` (a spider method name), ``cb_kwargs`` and
     ``dont_filter``. A JSON string is taken as a URL. Returns the request and the unknown keys it
-    ignored; raises :class:`RequestRefused` with reason ``too_large``, ``not_utf8``, ``bad_json``,
+    ignored; raises :class:`RequestRefused` with reason ``too_large``, ``not_utf8`` (or
+    ``not_decodable`` with another encoding), ``bad_json``,
     ``not_object``, ``bad_field``, ``bad_url`` or ``bad_scheme``, and ``bad_payload`` for any
     other failure (JSON nested too deep for Python's parser: ``RecursionError``), so the workers
     and ``scrapy push`` refuse the same payloads. The body is sent as given: it is never turned
     into form data.
     """
     try:
-        return _parse_start_payload(raw, spider, max_bytes)
+        return _parse_start_payload(raw, spider, max_bytes, encoding)
     except RequestRefused:
         raise
     except Exception as exc:  # one bad payload never stops a batch, nor a command
         raise RequestRefused("bad_payload", f"{type(exc).__name__}: {exc}") from None
 
 
-def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
+def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int, encoding: str) -> tuple[Request, list[str]]:
     if len(raw) > max_bytes:
         raise RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={max_bytes}")
     try:
-        text = raw.decode("utf-8").strip()
+        text = raw.decode(encoding).strip()
     except UnicodeDecodeError as exc:
-        raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
+        if is_utf8(encoding):
+            raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
+        raise RequestRefused("not_decodable", f"payload is not {encoding} (REDIS_ENCODING; {exc})") from None
     if not text or text[0] not in '{["-0123456789' and text not in ("true", "false", "null"):
         return Request(check_url(text)), []
     try:

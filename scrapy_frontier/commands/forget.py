@@ -129,6 +129,7 @@ class Command(RedisCommand):
         spider = spidercls() if spidercls is not Spider else Spider(name=keys.spider)
         try:
             max_bytes = read_value(self.settings, "REDIS_START_URLS_MAX_BYTES")
+            encoding = read_value(self.settings, "REDIS_ENCODING")
         except ValueError as exc:
             self._fail(str(exc))
             return None
@@ -140,7 +141,7 @@ class Command(RedisCommand):
         self._refused, self._shown = [], []
         for raw in payloads:
             try:
-                request, _ = parse_start_payload(raw, spider, max_bytes)
+                request, _ = parse_start_payload(raw, spider, max_bytes, encoding)
             except RequestRefused as exc:
                 self._refused.append({"payload": payload_text(raw), "reason": exc.reason, "detail": str(exc)})
                 self._shown.append(shown_payload(raw))

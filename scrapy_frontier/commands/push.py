@@ -59,6 +59,7 @@ class Command(RedisCommand):
         spider = get_spider_loader(self.settings).load(keys.spider)()  # there is one: needs_spider
         try:
             max_bytes = read_value(self.settings, "REDIS_START_URLS_MAX_BYTES")
+            encoding = read_value(self.settings, "REDIS_ENCODING")
         except ValueError as exc:
             self._fail(str(exc))
             return None
@@ -66,7 +67,7 @@ class Command(RedisCommand):
         self._refused, self._shown = [], []
         for raw in self._payloads:
             try:
-                request, unknown = parse_start_payload(raw, spider, max_bytes)
+                request, unknown = parse_start_payload(raw, spider, max_bytes, encoding)
             except RequestRefused as exc:
                 self._refused.append({"payload": payload_text(raw), "reason": exc.reason, "detail": str(exc)})
                 self._shown.append(shown_payload(raw))

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, cast
 import redis as redis_module
 from scrapy.settings import Settings
 
-from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
     redact_url,
+    redis_url,
     sync_redis,
     text,
 )
@@ -160,7 +160,7 @@ class Command(RedisCommand):
             self._fail(str(exc))
             return None
         except redis_module.exceptions.RedisError as exc:
-            self._fail(f"REDIS_URL {redact_url(read_value(self.settings, 'REDIS_URL'))}: {describe_error(exc)}")
+            self._fail(f"REDIS_URL {redact_url(redis_url(self.settings))}: {describe_error(exc)}")
             return None
         try:
             if opts.json:

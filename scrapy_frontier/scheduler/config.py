@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from scrapy_frontier.config import fail_at_open, read_setting, read_value
+from scrapy_frontier.config import fail_at_open, read_setting
+from scrapy_frontier.connection import ConfigError, redis_url
+from scrapy_frontier.defaults import TABLE
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.keys import crawl_id_error
+from scrapy_frontier.serialize import is_utf8
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -39,6 +42,10 @@ class SchedulerConfig:
     start_batch: int
     start_max_bytes: int
     start_as_set: bool
+    #: The start-URL payloads' encoding (a Python codec name).
+    encoding: str
+    #: Clear the crawl's frontier, dupefilter and leases when this worker starts it alone.
+    flush_on_start: bool
     #: Requests/second per host (0: no rate), and requests in flight per host (0: no cap).
     domain_rate: float
     domain_concurrency: int
@@ -85,12 +92,17 @@ class SchedulerConfig:
         crawl_error = crawl_id_error(str(settings.get("CRAWL_ID") or "").strip())
         if crawl_error:
             fail_at_open(crawler, "%s", crawl_error)
-        if settings.getbool("REDIS_START_URLS_AS_ZSET"):
-            fail_at_open(
-                crawler,
-                "REDIS_START_URLS_AS_ZSET is not supported: start URLs are a list (lpush) or, with "
-                "REDIS_START_URLS_AS_SET, a set",
-            )
+        encoding = read_setting(crawler, "REDIS_ENCODING")
+        try:
+            is_utf8(encoding)
+        except LookupError:
+            fail_at_open(crawler, "Setting REDIS_ENCODING=%r is not an encoding Python knows", encoding)
+            encoding = TABLE["REDIS_ENCODING"].default
+        try:
+            url = redis_url(settings)
+        except ConfigError as exc:
+            fail_at_open(crawler, "%s", exc)
+            url = None
         dedup: DedupConfig | None
         try:
             dedup = DedupConfig.from_settings(settings)
@@ -107,6 +119,8 @@ class SchedulerConfig:
             start_batch=read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE"),
             start_max_bytes=read_setting(crawler, "REDIS_START_URLS_MAX_BYTES"),
             start_as_set=read_setting(crawler, "REDIS_START_URLS_AS_SET"),
+            encoding=encoding,
+            flush_on_start=read_setting(crawler, "SCHEDULER_FLUSH_ON_START"),
             domain_rate=read_setting(crawler, "DOMAIN_RATE_LIMIT"),
             domain_concurrency=read_setting(crawler, "DOMAIN_CONCURRENCY"),
             local_seen_max=read_setting(crawler, "FRONTIER_LOCAL_SEEN"),
@@ -116,7 +130,7 @@ class SchedulerConfig:
             wait_timeout=read_setting(crawler, "FRONTIER_WAIT_TIMEOUT"),
             dupefilter_debug=settings.getbool("DUPEFILTER_DEBUG"),
             dedup=dedup,
-            redis_url=read_value(settings, "REDIS_URL"),
+            redis_url=url,
             crawls_key=read_setting(crawler, "CRAWLS_KEY"),
             dead_letter_dir=read_setting(crawler, "DEAD_LETTER_DIR"),
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
@@ -125,5 +139,8 @@ class SchedulerConfig:
     def for_spider(self, spider: Spider) -> SchedulerConfig:
         """This config with the spider's own values: a scrapy-redis spider's ``redis_batch_size``
         (start URLs taken per call) over ``REDIS_START_URLS_BATCH_SIZE``."""
+        own: dict[str, Any] = {}
         batch = getattr(type(spider), "redis_batch_size", None)
-        return replace(self, start_batch=int(batch)) if batch else self
+        if batch:
+            own["start_batch"] = int(batch)
+        return replace(self, **own) if own else self

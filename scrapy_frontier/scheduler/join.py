@@ -32,6 +32,7 @@ from scrapy_frontier.keys import Keys, register
 from scrapy_frontier.nodes import Heartbeat, server_clock
 from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.redis_health import RedisHealth
+from scrapy_frontier.scheduler.flush import flush_on_start
 from scrapy_frontier.scheduler.seen_cache import SeenCache
 from scrapy_frontier.wording import plural
 
@@ -122,6 +123,8 @@ async def join(
             setting,
             wanted,
         )
+        return None
+    if config.flush_on_start and not await flush_on_start(crawler, client, keys, node_id, config.node_timeout):
         return None
     try:
         adoption = await adopt.prepare(client, keys, spider, crawler.settings, crawler.request_fingerprinter, node_id)

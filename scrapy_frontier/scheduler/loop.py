@@ -93,7 +93,7 @@ class FrontierLoop:
         self.fingerprinter = session.fingerprinter
         self._state_lost = False
         self.leases = LeaseBook(self.keys, node_id, self.stats, config.download_maxsize)
-        self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes)
+        self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes, config.encoding)
         self._local: deque[Request] = deque()
         self._to_push: list[Entry] = []
         self._log_duplicates = True

@@ -9,11 +9,12 @@ A payload becomes a request through :func:`scrapy_frontier.serialize.parse_start
 or a JSON object, checked), or, for a scrapy-redis ``RedisSpider`` / ``RedisCrawlSpider`` whose
 class overrides ``make_request_from_data``, through that method, as scrapy-redis does. A payload
 that makes no request is refused: logged, counted in ``start_urls/refused/<reason>`` and kept in
-``<start urls key>:invalid``.
+``<start urls key>:invalid`` as pushed (:meth:`StartUrlIntake.refuse`).
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -46,11 +47,15 @@ def redis_spider_hook(spider: Spider) -> Callable[[bytes], Any] | None:
 class StartUrlIntake:
     """Builds requests from raw start-URL payloads for one spider."""
 
-    def __init__(self, spider: Spider, stats: StatsCollector, node_id: str, max_bytes: int) -> None:
+    def __init__(
+        self, spider: Spider, stats: StatsCollector, node_id: str, max_bytes: int, encoding: str = "utf-8"
+    ) -> None:
         self.spider = spider
         self.stats = stats
         self.node_id = node_id
         self.max_bytes = max_bytes
+        #: The payloads' encoding (REDIS_ENCODING, or the spider's ``redis_encoding``).
+        self.encoding = encoding
         self.hook = redis_spider_hook(spider)
 
     def requests(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
@@ -58,7 +63,7 @@ class StartUrlIntake:
         if self.hook is not None:
             return self._from_hook(self.hook, raw)
         try:
-            request, unknown = parse_start_payload(raw, self.spider, self.max_bytes)
+            request, unknown = parse_start_payload(raw, self.spider, self.max_bytes, self.encoding)
         except RequestRefused as exc:  # any failure, as bad_payload: one never stops the batch
             return [], self.refuse(raw, exc)
         if unknown:
@@ -113,13 +118,20 @@ class StartUrlIntake:
         return requests, None
 
     def refuse(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:
-        """Log and count a refused start-URL payload; returns its dead-letter record."""
+        """Log and count a refused start-URL payload; returns its dead-letter record, which keeps
+        the payload as pushed (its first ``max_bytes`` bytes): ``payload``, the text, when it
+        decodes with the encoding, else ``payload_base64``, the bytes."""
         logger.warning("Refused start URL payload %s (%s): %s", shown_payload(raw), exc.reason, exc)
         self.stats.inc_value(f"start_urls/refused/{exc.reason}")
+        kept = raw[: self.max_bytes]
+        try:
+            payload = {"payload": kept.decode(self.encoding)}
+        except (UnicodeDecodeError, LookupError):
+            payload = {"payload_base64": base64.b64encode(kept).decode("ascii")}
         return {
             "reason": exc.reason,
             "detail": str(exc),
-            "payload": raw[: self.max_bytes].decode("utf-8", "replace"),
+            **payload,
             "size": len(raw),
             "node": self.node_id,
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
