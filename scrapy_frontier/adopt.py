@@ -110,12 +110,6 @@ def crawl_fingerprinter(meta: dict[str, str], default: Any) -> Any:
     return default
 
 
-def adoption_keys(keys: Keys) -> tuple[str, str, str]:
-    """``(renamed queue, lock, dead letters)`` of the adoption of ``keys``' crawl."""
-    base = f"{keys.crawl}:scrapy-redis"
-    return f"{base}:requests", f"{base}:adopting", f"{base}:invalid"
-
-
 @dataclass(frozen=True)
 class Found:
     """What :func:`prepare` found: the fingerprinter the crawl uses, and whether this worker holds
@@ -159,7 +153,7 @@ async def prepare(
     renews it at every batch; a lock left by a worker that died expires after
     :data:`LOCK_TTL` seconds, and this worker goes on in its place). Raises
     :class:`AdoptionError`."""
-    renamed, lock, _ = adoption_keys(keys)
+    renamed, lock = keys.scrapy_redis_queue, keys.scrapy_redis_lock
     waited = False
     while True:
         async with client.pipeline(transaction=False) as pipe:
@@ -263,7 +257,7 @@ async def move(
     the lock at each batch and releasing it at the end. Returns how many requests were queued;
     counts ``frontier/adopted`` and ``frontier/adopted/refused`` in the crawler's stats and logs
     one line."""
-    renamed, lock, invalid = adoption_keys(keys)
+    renamed, lock, invalid = keys.scrapy_redis_queue, keys.scrapy_redis_lock, keys.scrapy_redis_invalid
     assert found.kind is not None
     serializer = serializer_of(settings)
     stack = lifo(settings)

@@ -76,8 +76,8 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             {},
             dict,
             doc="extra `redis.Redis` arguments over the defaults: socket timeout 30 s, connect timeout 10 s, "
-            "retry on timeout, health check every 30 s (`decode_responses`, `encoding` and `url` are ignored, `redis_cls` "
-            "is refused)",
+            "retry on timeout, health check every 30 s (`decode_responses`, `encoding` and `url` are ignored, "
+            "`redis_cls` is refused)",
         ),
         Setting(
             "REDIS_CLUSTER",

@@ -565,7 +565,7 @@ class Frontier:
         start-URL leases (SCHEDULER_FLUSH_ON_START). Live rates (``<spider>:rates``) stay: they
         are configuration."""
         k = self.keys
-        keys: list[Any] = [k.dupefilter_meta, k.forgets]
+        keys: list[Any] = [k.dupefilter_meta, k.forgets, k.scrapy_redis_queue, k.scrapy_redis_lock]
         # every host's priorities and lists, the Bloom bits, the packed buckets and their count,
         # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
         prefixes: list[str] = []

@@ -341,6 +341,23 @@ class Keys:
         return f"{self.crawl}:{{{self.crawl}/*}}:items:cache:*"
 
     @property
+    def scrapy_redis_queue(self) -> str:
+        """A scrapy-redis queue being adopted (:mod:`scrapy_frontier.adopt`), renamed from
+        ``<spider>:requests``: ``<spider>:scrapy-redis:requests``."""
+        return f"{self.crawl}:scrapy-redis:requests"
+
+    @property
+    def scrapy_redis_lock(self) -> str:
+        """The adoption lock: the id of the node moving the scrapy-redis queue, with a TTL."""
+        return f"{self.crawl}:scrapy-redis:adopting"
+
+    @property
+    def scrapy_redis_invalid(self) -> str:
+        """Dead letters: adopted scrapy-redis requests that could not be read (JSON: reason,
+        detail, ``payload_base64``, the bytes as scrapy-redis stored them)."""
+        return f"{self.crawl}:scrapy-redis:invalid"
+
+    @property
     def nodes(self) -> str:
         """Node registry: sorted set of node ids, score = last heartbeat (Unix ms)."""
         return f"{self.crawl}:nodes"
