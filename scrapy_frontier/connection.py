@@ -22,7 +22,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.sentinel
+import redis.cluster
 import redis.sentinel
 from redis.maint_notifications import MaintNotificationsConfig
 
@@ -265,10 +267,62 @@ def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any
     return sentinels, path[0], kwargs
 
 
+def _cluster_nodes(url: str) -> list[tuple[str, int]] | None:
+    """The nodes of a ``redis://`` or ``rediss://`` URL that lists several, comma-separated
+    (``redis://[user:password@]host:port,host:port[/0]``): the nodes of a Redis Cluster to start
+    from, each tried in turn. ``None`` for a URL with one host."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rsplit("@", 1)[-1]
+    if parts.scheme not in ("redis", "rediss") or "," not in hosts:
+        return None
+    nodes = []
+    for item in hosts.split(","):
+        if item.startswith("["):  # [IPv6]:port
+            host, _, port = item[1:].partition("]")
+            port = port.lstrip(":")
+        else:
+            host, _, port = item.partition(":")
+        if not host or not (port or "6379").isdigit():
+            raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: cluster node {item!r} is not host:port")
+        nodes.append((host, int(port or 6379)))
+    return nodes
+
+
+def _cluster_of_nodes(url: str, nodes: list[tuple[str, int]], params: dict[str, Any], asyncio_client: bool) -> Any:
+    """A ``RedisCluster`` client that starts from the first of ``nodes`` that answers."""
+    parts = urlsplit(url)
+    if parts.path.strip("/") not in ("", "0"):
+        raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: a Redis Cluster has database 0 only")
+    # retry_on_timeout: redis-py's cluster client retries timeouts itself (and warns about it)
+    kwargs = {k: v for k, v in params.items() if k not in ("db", "retry_on_timeout")}
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password is not None:
+        kwargs["password"] = unquote(parts.password)
+    if parts.scheme == "rediss":
+        kwargs["ssl"] = True
+    if asyncio_client:
+        cls: Any = redis.asyncio.RedisCluster
+        node_cls: Any = redis.asyncio.cluster.ClusterNode
+        accepted = inspect.signature(cls.__init__).parameters
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    else:
+        cls, node_cls = redis.RedisCluster, redis.cluster.ClusterNode
+    return cls(startup_nodes=[node_cls(host, port) for host, port in nodes], **kwargs)
+
+
 def _client(settings: BaseSettings, asyncio_client: bool) -> Any:
     url, params = _params(settings)
     lib: Any = redis.asyncio if asyncio_client else redis
     try:
+        nodes = _cluster_nodes(url)
+        if nodes:
+            if _declared_cluster(settings, url) is False:
+                raise ConfigError(
+                    f"REDIS_URL {redact_url(url)} lists several nodes, which only a Redis Cluster has, "
+                    "but REDIS_CLUSTER is False"
+                )
+            return _cluster_of_nodes(url, nodes, params, asyncio_client)
         if url.startswith(("redis+sentinel://", "rediss+sentinel://")):
             sentinels, master, kwargs = _sentinel_parts(url)
             # Sentinels answer at once or not at all: a short timeout, so a dead one is skipped fast.
@@ -348,8 +402,10 @@ async def detect_cluster(crawler: Any) -> redis.asyncio.Redis:
     if (
         is_cluster(client)
         or _declared_cluster(crawler.settings, url) is not None
+        or _cluster_nodes(url)
         or url.startswith(("redis+sentinel", "rediss+sentinel"))
     ):
+        await ready(client)
         return client
     try:
         info = await client.info("cluster")

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 import redis.asyncio
 from scrapy.settings import Settings
 
-from scrapy_frontier.connection import sync_redis
+from scrapy_frontier.connection import ConfigError, async_redis, ready, sync_redis
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys, hash_tag, shard_of_host
 from scrapy_frontier.reclaim import reclaim_dead
 from scrapy_frontier.status import read_status
+from tests.loopback import free_port
 from tests.servers import DOCS, HttpServer
 
 SHARDS = 16
@@ -64,6 +66,24 @@ def test_settings_find_the_cluster(redis_cluster):
     plain = sync_redis(Settings({"REDIS_URL": redis_cluster.url, "REDIS_CLUSTER": "False"}))
     assert isinstance(plain, redis.Redis)
     plain.close()
+    # Several nodes to start from: the first that answers is used (here the first is down).
+    live = urlsplit(redis_cluster.url).port
+    several = Settings({"REDIS_URL": f"redis://127.0.0.1:{free_port('127.0.0.1')},127.0.0.1:{live}/0"})
+    client = sync_redis(several)
+    assert isinstance(client, redis.RedisCluster)
+    client.set("several-nodes", "1")
+    assert client.get("several-nodes") == b"1"
+    client.close()
+
+    async def go():
+        client = async_redis(several)
+        await ready(client)
+        assert await client.get("several-nodes") == b"1"
+        await client.aclose()
+
+    asyncio.run(go())
+    with pytest.raises(ConfigError, match="several nodes, which only a Redis Cluster has"):
+        sync_redis(Settings({"REDIS_URL": f"redis://127.0.0.1:1,127.0.0.1:{live}", "REDIS_CLUSTER": "False"}))
 
 
 def test_frontier_on_a_cluster_pushes_leases_acks_and_reclaims(redis_cluster):
