@@ -67,7 +67,8 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             doc="Redis of the shared crawl, `redis://[user:password@]host:6379/0` (password percent-encoded, "
             "[operating.md](operating.md#passwords-in-redis_url-and-mysql_url)); setting it turns on distributed "
             "mode (the add-on `scrapy_frontier.addon.DistributedAddon` then sets `SCHEDULER` and "
-            "`DUPEFILTER_CLASS`). A database that is not a number is refused. Also a Redis Cluster node, "
+            "`DUPEFILTER_CLASS`). A database that is not a number is refused. Also a Redis Cluster node (or several, "
+            "`redis://host:port,host:port`), "
             "`rediss://` (TLS) or `redis+sentinel://host:26379[,host:port]/<master>[/<db>]` "
             f"({_CLUSTER_DOCS})",
         ),
