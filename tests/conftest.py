@@ -58,6 +58,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def installed_metadata(tmp_path_factory) -> Path:
+    """A directory holding this repository's package metadata (``setup.py egg_info``), as
+    ``pip install`` leaves it: on ``PYTHONPATH`` with the repository root, a user's project gets
+    the ``scrapy.commands`` entry points (``scrapy crawl`` exiting 2 when a setting stops the crawl)
+    without installing anything into the venv."""
+    base = tmp_path_factory.mktemp("metadata")
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(base)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return base
+
+
+@pytest.fixture(scope="session")
 def docs_site():
     if not (DOCS / "index.html").exists():
         pytest.fail(
