@@ -105,9 +105,11 @@ class Crawl:
     workers: list[Worker]
     site: HttpServer
     other: HttpServer
-    redis: redis.Redis
     project: Path
     exited_alone: list[bool] = field(default_factory=list)
+    #: ``<spider>:items`` as the crawl left it (another test's Redis cleaning may come before a
+    #: test reads it).
+    redis_list: list[bytes] = field(default_factory=list)
 
     def fetched(self) -> dict[str, int]:
         """Fetches by URL, on both servers."""
@@ -125,9 +127,9 @@ class Crawl:
         finally:
             db.close()
 
-    def redis_items(self, spider: str) -> list[dict]:
+    def redis_items(self) -> list[dict]:
         """What scrapy-redis's RedisPipeline pushed to ``<spider>:items``."""
-        return [json.loads(raw) for raw in self.redis.lrange(f"{spider}:items", 0, -1)]
+        return [json.loads(raw) for raw in self.redis_list]
 
 
 class ExampleWorker(Worker):
@@ -154,10 +156,10 @@ class ExampleWorker(Worker):
 def example(tmp_path_factory, installed_metadata):
     """``run(spider, args, feed=None, done=set()) -> Crawl``: two workers of a fresh copy of the
     example project, the directory served on :data:`HOST` and a one-page site on
-    :data:`OTHER_HOST`; ``feed(crawl)`` runs once both workers have joined. Once every page of
-    ``done`` (paths of the site, as :func:`expected` gives them) is fetched (at once when empty),
-    or nothing more is for :data:`QUIET` seconds, the workers get :data:`GRACE` seconds to exit
-    by themselves, then SIGINT."""
+    :data:`OTHER_HOST`; ``feed(client, crawl)`` runs once both workers have joined (``client``:
+    the crawl's Redis). Once every page of ``done`` (paths of the site, as :func:`expected` gives
+    them) is fetched (at once when empty), or nothing more is for :data:`QUIET` seconds, the
+    workers get :data:`GRACE` seconds to exit by themselves, then SIGINT."""
     base = tmp_path_factory.mktemp("example")
     client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT, db=REDIS_DB)
     servers: list[HttpServer] = []
@@ -179,14 +181,13 @@ def example(tmp_path_factory, installed_metadata):
             [ExampleWorker(project, installed_metadata, spider, args, root / f"worker{i}.log") for i in range(2)],
             site,
             other,
-            client,
             project,
         )
         workers.extend(crawl.workers)
         if feed is not None:
             for w in crawl.workers:
                 w.wait_for("Joined the crawl")
-            feed(crawl)
+            feed(client, crawl)
         # until the pages are fetched, or nothing more is for QUIET seconds (a crawl that misses some)
         fetched, since = 0, time.monotonic()
         while not {f"/{path}" for path in done} <= set(site.fetches()) and time.monotonic() < since + QUIET:
@@ -204,6 +205,7 @@ def example(tmp_path_factory, installed_metadata):
                 w.signal(signal.SIGINT)
         for w in crawl.workers:
             w.wait(30)
+        crawl.redis_list = client.lrange(f"{spider}:items", 0, -1)
         return crawl
 
     yield run
@@ -258,7 +260,7 @@ def test_dmoz_fetches_every_category_page_once_and_stores_its_sites(dmoz):
     stored = dmoz.documents("dmoz")
     assert sorted((d["name"], d["link"]) for d in stored) == sites
     assert all(d["spider"] == "dmoz" and d["crawled"] and d["description"].startswith("A listed site") for d in stored)
-    assert sorted((d["name"], d["link"]) for d in dmoz.redis_items("dmoz")) == sites
+    assert sorted((d["name"], d["link"]) for d in dmoz.redis_items()) == sites
 
 
 @pytest.mark.xfail(
@@ -282,8 +284,8 @@ def myspider(example) -> Crawl:
     """Workers started with MAX_IDLE_TIME_BEFORE_CLOSE=2 (the example leaves it at 0: wait for
     more URLs forever), which scrapy-redis's RedisSpider honours too."""
 
-    def feed(crawl: Crawl) -> None:
-        crawl.redis.lpush("myspider:start_urls", *[crawl.site.url + p for p in MYSPIDER_PAGES], crawl.other.url)
+    def feed(client: redis.Redis, crawl: Crawl) -> None:
+        client.lpush("myspider:start_urls", *[crawl.site.url + p for p in MYSPIDER_PAGES], crawl.other.url)
 
     return example(
         "myspider_redis",
@@ -313,7 +315,7 @@ def test_myspider_fetches_each_pushed_url_of_its_domain_once(myspider):
     titles = {url: title_of(url.removeprefix(myspider.site.url)) for url in urls}
     stored = {d["url"]: d["name"] for d in myspider.documents("myspider_redis")}
     assert {u: stored.get(u) for u in urls} == titles
-    assert {d["url"]: d["name"] for d in myspider.redis_items("myspider_redis") if d["url"] in urls} == titles
+    assert {d["url"]: d["name"] for d in myspider.redis_items() if d["url"] in urls} == titles
 
 
 @pytest.mark.xfail(
@@ -341,8 +343,8 @@ def mycrawler(example) -> Crawl:
     """The example as shipped: MAX_IDLE_TIME_BEFORE_CLOSE unset, workers wait for more URLs
     until stopped."""
 
-    def feed(crawl: Crawl) -> None:
-        crawl.redis.lpush("mycrawler:start_urls", *[crawl.site.url + p for p in MYCRAWLER_PAGES])
+    def feed(client: redis.Redis, crawl: Crawl) -> None:
+        client.lpush("mycrawler:start_urls", *[crawl.site.url + p for p in MYCRAWLER_PAGES])
 
     pages = set().union(*(expected(p) for p in MYCRAWLER_PAGES))
     return example("mycrawler_redis", ["-a", f"domain={HOST}"], feed=feed, done=pages)
@@ -373,4 +375,4 @@ def test_mycrawler_fetches_every_page_of_its_domain_once(mycrawler):
     for pushed in MYCRAWLER_PAGES:
         del reached[mycrawler.site.url + pushed]
     assert {d["url"]: d["name"] for d in mycrawler.documents("mycrawler_redis")} == reached
-    assert {d["url"]: d["name"] for d in mycrawler.redis_items("mycrawler_redis")} == reached
+    assert {d["url"]: d["name"] for d in mycrawler.redis_items()} == reached
