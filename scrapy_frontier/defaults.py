@@ -306,7 +306,7 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             object,
             type_doc="list of str (comma-separated with `-s`)",
             default_doc="the project's items module (package of the first `SPIDER_MODULES` entry + `.items`), "
-            "if it exists",
+            "if it exists and imports (a WARNING line otherwise)",
             doc="import paths of the modules and classes whose item types are declared: their schemas are checked "
             "at start, and replay rebuilds only them (and documents). Empty: none declared",
         ),

@@ -38,7 +38,12 @@ MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
 #: test_user_project.py: the spiders of the user's project it generates (its redis_key is user_redis:seeds).
-SPIDERS = ("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad")
+#: test_scrapy_redis_example.py: scrapy-redis's example project, its spiders and their keys' prefixes
+#: (myspider:start_urls, mycrawler:start_urls).
+SPIDERS = (
+    *("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad"),
+    *("dmoz", "myspider_redis", "mycrawler_redis", "myspider", "mycrawler"),
+)
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
 FAST = {
@@ -55,6 +60,23 @@ def pytest_collection_modifyitems(config, items):
     """Slow tests first: the parallel workers (pytest-xdist) then end together instead of one of
     them finishing a long test alone."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session")
+def installed_metadata(tmp_path_factory) -> Path:
+    """A directory holding this repository's package metadata (``setup.py egg_info``), as
+    ``pip install`` leaves it: on ``PYTHONPATH`` with the repository root, a user's project gets
+    the ``scrapy.commands`` entry points (``scrapy crawl`` exiting 2 when a setting stops the crawl)
+    without installing anything into the venv."""
+    base = tmp_path_factory.mktemp("metadata")
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(base)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return base
 
 
 @pytest.fixture(scope="session")

@@ -14,10 +14,11 @@ from scrapy.linkextractors import IGNORED_EXTENSIONS
 
 
 @cache
-def reachable_pages(root: Path, start: str) -> frozenset[str]:
+def reachable_pages(root: Path, start: str, within: str | None = None) -> frozenset[str]:
     """Paths (relative to ``root``, as URL paths without the leading slash) of the HTML pages
-    reachable from ``start``. Kept per process: the python docs take seconds to walk, and the
-    files do not change during a test session."""
+    reachable from ``start``, by the links inside the elements the CSS selector ``within``
+    matches (a LinkExtractor's ``restrict_css``), or by every link. Kept per process: the python
+    docs take seconds to walk, and the files do not change during a test session."""
     base = "http://oracle.invalid/"
     seen = {start}
     pages = set()
@@ -35,7 +36,8 @@ def reachable_pages(root: Path, start: str) -> frozenset[str]:
         base_href = doc.xpath("//base/@href")
         if base_href:
             page_url = urljoin(page_url, base_href[0].strip())
-        for href in doc.xpath("//a/@href | //area/@href"):
+        scopes = doc.cssselect(within) if within else [doc]
+        for href in [href for scope in scopes for href in scope.xpath(".//a/@href | .//area/@href")]:
             url = urldefrag(urljoin(page_url, href.strip()))[0]
             if not url.startswith(base):
                 continue

@@ -9,11 +9,16 @@ import asyncio
 import hashlib
 import html
 import json
+import os
 import re
+import sqlite3
+import subprocess
+import sys
 from datetime import UTC
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.conftest import scrapy_command as run
 from tests.servers import DOCS
 
@@ -254,3 +259,66 @@ def test_validation_refuses_with_reason_and_field(tmp_path):
         ("tests.items.Article", "url", "not_ascii"),
         ("tests.items.Heading", "level", "type"),
     ]
+
+
+#: A user's project whose items.py no longer imports (``scrapy.loader.processors`` is gone from
+#: Scrapy, as in scrapy-redis's example project); its spider yields one dict (from a ``data:`` URL: no server).
+BROKEN_ITEMS_PROJECT = {
+    "scrapy.cfg": "[settings]\ndefault = shop.settings\n",
+    "shop/__init__.py": "",
+    "shop/settings.py": 'SPIDER_MODULES = ["shop.spiders"]\nADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}\n',
+    "shop/items.py": "import scrapy\nfrom scrapy.loader.processors import TakeFirst\n\n\nclass Offer(scrapy.Item):\n"
+    '    table = "offers"\n    unique_key = "url"\n    url = scrapy.Field(type=str, required=True)\n',
+    "shop/spiders/__init__.py": "",
+    "shop/spiders/offers.py": "import scrapy\n\n\nclass Offers(scrapy.Spider):\n    name = 'offers'\n"
+    "    start_urls = ['data:,offer']\n\n    def parse(self, response):\n        yield {'url': 'http://shop.test/1'}\n",
+}
+
+
+def run_broken_items_project(tmp_path, installed_metadata, *settings: str) -> subprocess.CompletedProcess:
+    """``scrapy crawl offers`` (embedded mode) in :data:`BROKEN_ITEMS_PROJECT`, with this
+    repository's package and its entry points on the path as ``pip install`` would put them."""
+    root = tmp_path / "shop-project"
+    for name, text in BROKEN_ITEMS_PROJECT.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    options = [arg for setting in ("TELNETCONSOLE_ENABLED=False", *settings) for arg in ("-s", setting)]
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "MYSQL_URL", "SCRAPY_SETTINGS_MODULE")}
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "offers", *options],
+        cwd=root,
+        env={**env, "PYTHONPATH": f"{ROOT}:{installed_metadata}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_an_items_module_that_fails_to_import_stops_nothing_unless_declared(tmp_path, installed_metadata):
+    """STORAGE_ITEM_TYPES unset: the project's items module is read if it imports; one that
+    does not is one WARNING line naming it, the error and the setting, and the crawl stores its
+    items as documents."""
+    done = run_broken_items_project(tmp_path, installed_metadata)
+    assert done.returncode == 0, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "shop.items" in line]
+    assert len(warnings) == 1 and " WARNING: " in warnings[0], done.stderr[-3000:]
+    assert "No module named 'scrapy.loader.processors'" in warnings[0] and "STORAGE_ITEM_TYPES" in warnings[0]
+    assert " ERROR: " not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    db = sqlite3.connect(tmp_path / "shop-project" / "crawl.sqlite3")
+    assert db.execute("SELECT spider, item_type, document FROM items").fetchall() == [
+        ("offers", "dict", '{"url":"http://shop.test/1"}')
+    ]
+
+
+def test_a_declared_items_module_that_fails_to_import_stops_the_crawl(tmp_path, installed_metadata):
+    done = run_broken_items_project(tmp_path, installed_metadata, "STORAGE_ITEM_TYPES=shop.items")
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and "STORAGE_ITEM_TYPES: cannot import 'shop.items'" in errors[0], errors
+    assert "scrapy.loader.processors" in errors[0]
+    assert (
+        not (tmp_path / "shop-project" / "crawl.sqlite3").exists()
+        or not sqlite3.connect(tmp_path / "shop-project" / "crawl.sqlite3")
+        .execute("SELECT name FROM sqlite_master WHERE name = 'items'")
+        .fetchall()
+    )

@@ -8,6 +8,7 @@ rebuilds: a record naming any other class is refused, its class never imported.
 from __future__ import annotations
 
 import importlib
+import logging
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,8 @@ from scrapy_frontier.schema import iter_item_classes, schema_of, type_name
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 
 def item_type_paths(settings: BaseSettings) -> tuple[list[str], bool]:
@@ -32,8 +35,10 @@ def item_type_paths(settings: BaseSettings) -> tuple[list[str], bool]:
 
 
 def _import(path: str, explicit: bool) -> Any:
-    """The module or class at ``path``; ``None`` when ``path`` is the default and no such module
-    exists. Raises :class:`ConfigError` otherwise when it cannot be imported."""
+    """The module or class at ``path``. ``None`` when ``path`` is the default (``explicit`` false)
+    and no such module exists, or it fails to import: then nothing is declared, with one WARNING
+    line naming the module and the error (a project's unused ``items.py`` never stops a crawl).
+    Raises :class:`ConfigError` when an explicit entry cannot be imported."""
     module_path, _, name = path.rpartition(".")
     try:
         try:
@@ -45,7 +50,17 @@ def _import(path: str, explicit: bool) -> Any:
                 raise
         found = getattr(importlib.import_module(module_path), name, None)
     except Exception as exc:
-        raise ConfigError(f"STORAGE_ITEM_TYPES: cannot import {path!r} ({type(exc).__name__}: {exc})") from None
+        error = f"{type(exc).__name__}: {exc}"
+        if not explicit:
+            logger.warning(
+                "The project's items module %r cannot be imported (%s): no item type is declared for storage, "
+                "items are stored as JSON documents. To store item classes with their own schema, set "
+                "STORAGE_ITEM_TYPES to them (docs/items.md)",
+                path,
+                error,
+            )
+            return None
+        raise ConfigError(f"STORAGE_ITEM_TYPES: cannot import {path!r} ({error})") from None
     if isinstance(found, type):
         return found
     if not explicit:
