@@ -28,6 +28,11 @@ import redis
 from tests.servers import DOCS, HttpServer, MariaDB, RedisCluster, RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A suite started in the background (`bash tests/run.sh &` in a script) ignores SIGINT, and so
+# would every worker and command the tests start and then stop with SIGINT: they would never
+# stop. Python's own handler here makes the children start with the default again.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 REDIS_HOST = os.environ.get("TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("TEST_REDIS_PORT", "6379"))
 #: pytest-xdist runs tests in parallel processes (gw0, gw1, ...): each has a Redis database of its own,
