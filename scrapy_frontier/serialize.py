@@ -9,6 +9,7 @@ are not stored.
 
 from __future__ import annotations
 
+import codecs
 import ipaddress
 import json
 import math
@@ -292,7 +293,9 @@ def without_default_port(url: str) -> str:
     return f"{scheme}://{authority[: -len(suffix)]}{rest[end:]}"
 
 
-def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
+def parse_start_payload(
+    raw: bytes, spider: Spider, max_bytes: int, *, encoding: str = "utf-8", default_dont_filter: bool = False
+) -> tuple[Request, list[str]]:
     """Turn one ``<spider>:start_urls`` entry into a request.
 
     ``raw`` is a URL, or a JSON object with the keys ``url`` (required), ``meta``, ``method``,
@@ -303,22 +306,44 @@ def parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Req
     other failure (JSON nested too deep for Python's parser: ``RecursionError``), so the workers
     and ``scrapy push`` refuse the same payloads. The body is sent as given: it is never turned
     into form data.
+
+    ``encoding`` decodes the payload (REDIS_ENCODING; ``not_utf8``, or ``bad_encoding`` for another
+    encoding, when it does not decode). ``default_dont_filter`` is the request's ``dont_filter``
+    when the payload does not say (a URL, or JSON without the key): ``True`` for a scrapy-redis
+    spider, whose start requests are ``dont_filter`` (Scrapy's offsite filter lets them through);
+    such a request is also marked ``is_start_request``, so the scheduler still fetches it once per
+    crawl, as it does the spider's own start requests.
     """
     try:
-        return _parse_start_payload(raw, spider, max_bytes)
+        request, unknown = _parse_start_payload(raw, spider, max_bytes, encoding)
     except RequestRefused:
         raise
     except Exception as exc:  # one bad payload never stops a batch, nor a command
         raise RequestRefused("bad_payload", f"{type(exc).__name__}: {exc}") from None
+    if default_dont_filter and not request.dont_filter and not _says_dont_filter(raw, encoding):
+        request.dont_filter = True
+        request.meta.setdefault("is_start_request", True)
+    return request, unknown
 
 
-def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int) -> tuple[Request, list[str]]:
+def _says_dont_filter(raw: bytes, encoding: str) -> bool:
+    """Whether a start-URL payload (already parsed without error) is a JSON object with ``dont_filter``."""
+    text = raw.decode(encoding).strip()
+    if not text.startswith("{"):
+        return False
+    data = json.loads(text)
+    return isinstance(data, dict) and data.get("dont_filter") is not None
+
+
+def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int, encoding: str) -> tuple[Request, list[str]]:
     if len(raw) > max_bytes:
         raise RequestRefused("too_large", f"payload of {len(raw)} bytes is over REDIS_START_URLS_MAX_BYTES={max_bytes}")
     try:
-        text = raw.decode("utf-8").strip()
+        text = raw.decode(encoding).strip()
     except UnicodeDecodeError as exc:
-        raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
+        if codecs.lookup(encoding).name == "utf-8":
+            raise RequestRefused("not_utf8", f"payload is not UTF-8 ({exc})") from None
+        raise RequestRefused("bad_encoding", f"payload is not {encoding} (REDIS_ENCODING) ({exc})") from None
     if not text or text[0] not in '{["-0123456789' and text not in ("true", "false", "null"):
         return Request(check_url(text)), []
     try:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scrapy_frontier.config import fail_at_open, read_setting, read_value
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.keys import crawl_id_error
+from scrapy_frontier.scrapy_redis_compat import close_after, queue_order, spider_options, waits_for_start_urls
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 #: The most frontier shards a crawl can have: the hash slots of a Redis Cluster.
 MAX_SHARDS = 16384
@@ -32,7 +35,8 @@ class SchedulerConfig:
     node_timeout: float
     #: Longest wait between two lease calls that found nothing (seconds).
     poll_max: float
-    #: Seconds the whole crawl must have been idle before this worker closes (0: never).
+    #: MAX_IDLE_TIME_BEFORE_CLOSE: seconds the whole crawl must have been idle before this worker
+    #: closes (0: not set).
     idle_close: float
     persist: bool
     #: Start-URL payloads taken per call, and the largest accepted (bytes).
@@ -57,6 +61,18 @@ class SchedulerConfig:
     dead_letter_dir: str
     #: Scrapy's DOWNLOAD_MAXSIZE (bytes, 0: no limit): a dead letter's response is cut to it.
     download_maxsize: int
+    #: scrapy-redis's SCHEDULER_IDLE_BEFORE_CLOSE (seconds): how long the whole crawl must have been
+    #: dry before a worker of a spider that does not wait for start URLs closes.
+    idle_before_close: float = 0.0
+    #: The order scrapy-redis's SCHEDULER_QUEUE_CLASS asked for: "priority", "fifo" or "lifo".
+    queue_order: str = "priority"
+    #: REDIS_ENCODING, or the spider's ``redis_encoding``: the text encoding of start-URL payloads.
+    encoding: str = "utf-8"
+    #: The spider's own start-URL key template (``redis_key``), ``None``: the settings'.
+    start_urls_key: str | None = None
+    #: Seconds the whole crawl must have been idle before this worker closes, 0 for never
+    #: (:func:`~scrapy_frontier.scrapy_redis_compat.close_after`; set by :meth:`for_spider`).
+    close_after: float = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
@@ -91,6 +107,27 @@ class SchedulerConfig:
                 "REDIS_START_URLS_AS_ZSET is not supported: start URLs are a list (lpush) or, with "
                 "REDIS_START_URLS_AS_SET, a set",
             )
+        idle_before_close = 0.0
+        raw_idle = settings.get("SCHEDULER_IDLE_BEFORE_CLOSE")
+        if raw_idle not in (None, ""):
+            try:
+                idle_before_close = float(raw_idle)
+            except (TypeError, ValueError):
+                idle_before_close = -1.0
+            if not idle_before_close >= 0:
+                fail_at_open(crawler, "Setting SCHEDULER_IDLE_BEFORE_CLOSE=%r must be a number >= 0", raw_idle)
+                idle_before_close = 0.0
+        order = "priority"
+        try:
+            order = queue_order(settings.get("SCHEDULER_QUEUE_CLASS"))
+        except ValueError as exc:
+            fail_at_open(crawler, "%s", exc)
+        encoding = str(settings.get("REDIS_ENCODING") or "utf-8")
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            fail_at_open(crawler, "Setting REDIS_ENCODING=%r is not a known encoding", encoding)
+            encoding = "utf-8"
         dedup: DedupConfig | None
         try:
             dedup = DedupConfig.from_settings(settings)
@@ -120,10 +157,25 @@ class SchedulerConfig:
             crawls_key=read_setting(crawler, "CRAWLS_KEY"),
             dead_letter_dir=read_setting(crawler, "DEAD_LETTER_DIR"),
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
+            idle_before_close=idle_before_close,
+            queue_order=order,
+            encoding=encoding,
         )
 
-    def for_spider(self, spider: Spider) -> SchedulerConfig:
-        """This config with the spider's own values: a scrapy-redis spider's ``redis_batch_size``
-        (start URLs taken per call) over ``REDIS_START_URLS_BATCH_SIZE``."""
-        batch = getattr(type(spider), "redis_batch_size", None)
-        return replace(self, start_batch=int(batch)) if batch else self
+    def for_spider(self, spider: Spider, settings: BaseSettings) -> SchedulerConfig:
+        """This config with the spider's own values, read from the spider instance
+        (:func:`~scrapy_frontier.scrapy_redis_compat.spider_options`): a scrapy-redis spider's
+        ``redis_key``, ``redis_batch_size`` (over ``REDIS_START_URLS_BATCH_SIZE``),
+        ``redis_encoding`` (over ``REDIS_ENCODING``) and ``max_idle_time`` (over
+        ``MAX_IDLE_TIME_BEFORE_CLOSE``), and when its workers close. Raises ``ValueError`` with a
+        one-line message for an attribute the frontier cannot use."""
+        options = spider_options(spider, settings)
+        idle_close = options.max_idle_time if options.max_idle_time is not None else self.idle_close
+        return replace(
+            self,
+            start_batch=options.batch_size or self.start_batch,
+            encoding=options.encoding or self.encoding,
+            start_urls_key=options.redis_key,
+            idle_close=idle_close,
+            close_after=close_after(idle_close, self.idle_before_close, waits_for_start_urls(spider)),
+        )

@@ -90,7 +90,7 @@ async def join(
     dupefilter written by another fingerprinter or layout; a crawl written by an unreleased
     development version; a shard layout this worker cannot use."""
     url = config.redis_url
-    keys = Keys.for_spider(crawler.settings, spider.name, type(spider))
+    keys = Keys.for_spider(crawler.settings, spider.name, redis_key=config.start_urls_key)
     if failed_at_open(crawler) or config.dedup is None:
         return None  # a setting already stops the crawl: join nothing, write nothing
     try:
