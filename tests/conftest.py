@@ -38,7 +38,20 @@ MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
 #: test_user_project.py: the spiders of the user's project it generates (its redis_key is user_redis:seeds).
-SPIDERS = ("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad")
+SPIDERS = (
+    "site",
+    "probe",
+    "offsite",
+    "modules",
+    "kinds",
+    "user_redis",
+    "user_pages",
+    "user_sitemap",
+    "user_bad",
+    "compat_redis",
+    "compat_plain",
+    "compat_bad",
+)
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
 FAST = {

@@ -530,6 +530,13 @@ class FrontierLoop:
         # yet in Redis: the crawl is dry only if they were pushed (or found duplicates) since
         if self.config.close_after <= 0 or not self._idle_confirmed or self._busy():
             raise DontCloseSpider
+        logger.info(
+            "Closing: the whole crawl has been idle for %ss (%s)",
+            f"{self.config.close_after:g}",
+            "MAX_IDLE_TIME_BEFORE_CLOSE or the spider's max_idle_time"
+            if self.config.idle_close > 0
+            else "the spider does not wait for start URLs in Redis; SCHEDULER_IDLE_BEFORE_CLOSE",
+        )
 
     # -- closing --------------------------------------------------------------------------
 
