@@ -176,7 +176,8 @@ def unused_methods(spider: object) -> list[tuple[str, str]]:
 
 def queue_order(value: Any) -> str:
     """The frontier order for scrapy-redis's ``SCHEDULER_QUEUE_CLASS`` (a class path or a class;
-    unset: scrapy-redis's default, ``PriorityQueue``): ``"priority"``, ``"fifo"`` or ``"lifo"``
+    unset: scrapy-redis's default, ``PriorityQueue``): ``"priority"``, ``"fifo"`` (the same order,
+    said in one line) or ``"lifo"`` (each host's newest requests first: ``lua/lib/frontier_queue_lifo.lua``)
     (:data:`QUEUE_CLASSES`). Raises ``ValueError`` with a one-line message for any other class."""
     if value is None or value == "":
         return "priority"

@@ -4,10 +4,13 @@ loopback; the rules as plain functions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
+import redis.asyncio
 from scrapy import Spider
+from scrapy.settings import Settings
 from scrapy.spiders import CrawlSpider, SitemapSpider
 from scrapy.utils.test import get_crawler
 from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider
@@ -16,6 +19,8 @@ from crawler.spiders.modules import ModulesSpider
 from crawler.spiders.site import SiteSpider
 from scrapy_frontier.addon import DistributedAddon
 from scrapy_frontier.config import failed_at_open
+from scrapy_frontier.frontier import Entry, Frontier
+from scrapy_frontier.keys import Keys
 from scrapy_frontier.scheduler.config import SchedulerConfig
 from scrapy_frontier.scrapy_redis_compat import close_after, queue_order, waits_for_start_urls
 from tests.spiders.compat import CompatBadSpider
@@ -86,7 +91,7 @@ def test_redis_spider_attributes_come_from_the_instance(docs_site, start_worker,
     drops = [line for line in out.splitlines() if "Dropped before its response reached the spider" in line]
     assert len(drops) == 1 and " INFO: " in drops[0] and "Filtered offsite request to '127.0.0.2'" in drops[0]
     assert "CompatRedisSpider.next_requests is not called here: start URLs are taken by the frontier under lease" in out
-    assert "WARNING: SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.LifoQueue (last in, first out) is not supported" in out
+    assert "INFO: Requests are served last in, first out (SCHEDULER_QUEUE_CLASS=scrapy_redis.queue.LifoQueue)" in out
     assert "'finish_reason': 'finished'" in out and time.monotonic() - started < 30
 
 
@@ -118,6 +123,32 @@ def test_plain_spider_workers_close_when_the_crawl_is_dry(tutorial_site, start_w
     assert {server.url + p.lstrip("/") for p in fetched if p.endswith(".html")} == expected
     assert all(n == 1 for p, n in fetched.items() if p.endswith(".html")), fetched
     assert not list(redis_client.scan_iter(match="compat_plain:leases:*"))
+    assert redis_client.hget("compat_plain:dupefilter:meta", "order") == b"fifo"
+
+
+def test_a_lifo_frontier_serves_each_host_newest_first(redis_url):
+    """A LIFO crawl's pushes (SCHEDULER_QUEUE_CLASS LifoQueue) put a host's new requests before
+    those queued earlier, within a priority; the default order is first in, first out."""
+    keys = Keys.for_spider(Settings(), "compat_plain")
+
+    def entry(url, score=0):
+        return Entry(url, "h", score, json.dumps({"url": url}, separators=(",", ":")))
+
+    async def order(lifo):
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            old = [k async for k in client.scan_iter(match="compat_plain:*")]
+            if old:
+                await client.delete(*old)
+            frontier = Frontier(client, keys, "n1", lifo=lifo)
+            await frontier.push([entry("a"), entry("b")])
+            await frontier.push([entry("c"), entry("top", score=-1)])
+            return [json.loads(lease.payload)["url"] for lease in await frontier.lease(10)]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(order(True)) == ["top", "c", "b", "a"]
+    assert asyncio.run(order(False)) == ["top", "a", "b", "c"]
 
 
 def test_a_list_of_redis_keys_is_refused_at_start(start_worker, redis_url, redis_client):

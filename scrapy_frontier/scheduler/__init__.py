@@ -90,12 +90,6 @@ class FrontierScheduler(BaseScheduler):
                 "priority; a higher priority still goes first",
                 queue_class,
             )
-        elif config.queue_order == "lifo":
-            logger.warning(
-                "SCHEDULER_QUEUE_CLASS=%s (last in, first out) is not supported: each host's requests are served "
-                "by priority, then first in, first out",
-                queue_class,
-            )
         for method, advice in unused_methods(spider):
             logger.warning("%s is not called here: %s", method, advice)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
