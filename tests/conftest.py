@@ -37,7 +37,8 @@ REDIS_DB = int(os.environ.get("TEST_REDIS_DB", "13")) + XDIST_WORKER
 MYSQL_HOST = os.environ.get("TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: Spider names the tests use; their keys are the only ones a test deletes.
-#: test_user_project.py: the spiders of the user's project it generates (its redis_key is user_redis:seeds).
+#: test_user_project.py: the spiders of the user's project it generates (its redis_key is user_redis:seeds);
+#: test_compat.py: tests/spiders/compat.py's (compat_redis's redis_key: compat_redis:seeds).
 SPIDERS = (
     "site",
     "probe",

@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 
+import pytest
 import redis.asyncio
 from scrapy import Spider
 from scrapy.settings import Settings
@@ -37,6 +38,22 @@ def test_which_spiders_wait_for_start_urls():
     # SCHEDULER_IDLE_BEFORE_CLOSE (at least a second: two idle checks apart) for one that does not
     assert close_after(5, 2, True) == close_after(5, 2, False) == 5
     assert close_after(0, 3, True) == 0 and close_after(0, 3, False) == 3 and close_after(0, 0, False) == 1
+
+
+def test_spider_attributes_are_read_from_the_instance_and_bad_ones_refused(redis_url):
+    crawler = get_crawler(CompatBadSpider, {"REDIS_URL": redis_url, "ADDONS": {DistributedAddon: 0}})
+    config = SchedulerConfig.from_crawler(crawler)
+    spider = CompatBadSpider()
+    spider.redis_key, spider.redis_batch_size, spider.max_idle_time = "%(name)s:seeds", 3, 4
+    own = config.for_spider(spider, crawler.settings)
+    assert (own.start_urls_key, own.start_batch, own.close_after) == ("%(name)s:seeds", 3, 4)
+    for key, message in ((["a", "b"], "one key is supported"), (" ", "CompatBadSpider.redis_key is empty")):
+        spider.redis_key = key
+        with pytest.raises(ValueError, match=message):
+            config.for_spider(spider, crawler.settings)
+    spider.redis_key, spider.redis_encoding = "k", "no-such-codec"
+    with pytest.raises(ValueError, match="redis_encoding='no-such-codec' is not a known encoding"):
+        config.for_spider(spider, crawler.settings)
 
 
 def test_scheduler_queue_class_maps_onto_the_frontier_order(redis_url, caplog):
