@@ -28,7 +28,7 @@ def script_names() -> dict[str, str]:
 
     out = {}
     for name in names():
-        out[hashlib.sha1(source(name, SEGMENT_BITS=SEGMENT_BITS).encode()).hexdigest()] = name
+        out[hashlib.sha1(source(name, SEGMENT_BITS=SEGMENT_BITS, QUEUE_ORDER="").encode()).hexdigest()] = name
     return out
 
 

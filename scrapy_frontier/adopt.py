@@ -22,7 +22,8 @@ frontier writes it when a crawl starts). The first worker to join it:
    up under scrapy-redis's and under Scrapy's; scrapy-redis's unless Scrapy's matches more. The
    crawl records it in its meta (``fingerprinter``), and every worker then checks new requests
    with it (:func:`crawl_fingerprinter`), so nothing already fetched is fetched again;
-3. moves the requests, in the order scrapy-redis would have popped them, into the frontier in
+3. moves the requests, in the order scrapy-redis would have popped them (a LIFO crawl's frontier
+   serves each host's newest first, as its ``LifoQueue`` did), into the frontier in
    batches: each batch is queued first, then deleted from the renamed key. An adopted request
    is queued under a fingerprint of its serialized bytes (SHA-1 of ``adopted:`` + bytes), so a batch
    moved again after a crash is not queued twice. A request that cannot be decoded or turned
@@ -138,12 +139,6 @@ def serializer_of(settings: BaseSettings) -> Any:
     return module
 
 
-def lifo(settings: BaseSettings) -> bool:
-    """Whether ``SCHEDULER_QUEUE_CLASS`` names scrapy-redis's LIFO queue (``LifoQueue``, ``SpiderStack``)."""
-    value = str(settings.get("SCHEDULER_QUEUE_CLASS") or "")
-    return value.rsplit(".", 1)[-1] in ("LifoQueue", "SpiderStack")
-
-
 async def prepare(
     client: Redis, keys: Keys, spider: Spider, settings: BaseSettings, default_fingerprinter: Any, node_id: str
 ) -> Found:
@@ -198,18 +193,18 @@ async def prepare(
         kind = text(await client.type(renamed))
     if ours:
         return Found(crawl_fingerprinter(meta, default_fingerprinter), kind, True)
-    sample = await _read(client, renamed, kind, lifo(settings), PROBE_SAMPLE)
+    sample = await _read(client, renamed, kind, PROBE_SAMPLE)
     return Found(await _choose(client, keys, spider, settings, default_fingerprinter, sample), kind, True)
 
 
-async def _read(client: Any, key: str, kind: str, stack: bool, n: int) -> list[tuple[bytes, float]]:
-    """Up to ``n`` of the queue's ``(member, -priority)``, in the order scrapy-redis pops them:
-    lowest score first (sorted set); the list's tail first for a FIFO (``RPOP``), its head first
-    for a LIFO (``LPOP``). A list's score is 0: the request's own priority is in its payload."""
+async def _read(client: Any, key: str, kind: str, n: int) -> list[tuple[bytes, float]]:
+    """Up to ``n`` of the queue's ``(member, -priority)``: a sorted set's lowest scores first (the
+    order scrapy-redis pops them in); a list's tail first, its oldest requests: the order a FIFO
+    (``RPOP``) pops them in, and, pushed in that order into a LIFO crawl's frontier (newest
+    first), the order a LIFO (``LPOP``) pops them in. A list's score is 0: the request's own
+    priority is in its payload."""
     if kind == "zset":
         return [(m, float(s)) for m, s in await client.zrange(key, 0, n - 1, withscores=True)]
-    if stack:
-        return [(m, 0.0) for m in await client.lrange(key, 0, n - 1)]
     return [(m, 0.0) for m in reversed(await client.lrange(key, -n, -1))]
 
 
@@ -260,10 +255,9 @@ async def move(
     renamed, lock, invalid = keys.scrapy_redis_queue, keys.scrapy_redis_lock, keys.scrapy_redis_invalid
     assert found.kind is not None
     serializer = serializer_of(settings)
-    stack = lifo(settings)
     moved = refused = 0
     started = time.monotonic()
-    while batch := await _read(client, renamed, found.kind, stack, BATCH):
+    while batch := await _read(client, renamed, found.kind, BATCH):
         entries: list[Entry] = []
         dead: list[str] = []
         for member, score in batch:
@@ -285,8 +279,6 @@ async def move(
         async with client.pipeline(transaction=True) as pipe:
             if found.kind == "zset":
                 pipe.zrem(renamed, *(m for m, _ in batch))
-            elif stack:
-                pipe.ltrim(renamed, len(batch), -1)
             else:
                 pipe.ltrim(renamed, 0, -len(batch) - 1)
             pipe.expire(lock, LOCK_TTL)

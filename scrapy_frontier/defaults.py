@@ -167,7 +167,9 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             0.0,
             float,
             minimum=0,
-            doc="seconds the whole crawl must be idle before a worker exits; 0 = never",
+            doc="seconds the whole crawl must be idle before a worker exits; 0 = never for a spider that waits for "
+            "start URLs in Redis, else once the crawl is dry "
+            "([spiders.md](spiders.md#when-a-worker-closes))",
         ),
         Setting(
             "FRONTIER_PREFETCH",

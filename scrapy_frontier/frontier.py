@@ -28,7 +28,7 @@ from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
 from scrapy_frontier.keys import START_LEASE_PREFIX, shard_of_host
 from scrapy_frontier.payload import START_PREFIX, compact_payload, expand_payload, lease_host
 from scrapy_frontier.reclaim import restore_calls
-from scrapy_frontier.scripts import source
+from scrapy_frontier.scripts import library, source
 from scrapy_frontier.status import Status, crawl_counts, flag, make_status, status_calls
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class Frontier:
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         seen_feed: int = 0,
+        lifo: bool = False,
     ) -> None:
         """``keys`` with the crawl's shard count (:meth:`Keys.with_shards
         <scrapy_frontier.keys.Keys.with_shards>`); ``dedup``: the dupefilter's layout (exact set
@@ -102,7 +103,9 @@ class Frontier:
         ``wait_replicas``: replicas that must have every push of a page's children (``WAIT``,
         at most ``wait_timeout`` seconds) before its lease, in another shard, is acknowledged
         (0: no wait); ``seen_feed``: entries of the seen feed each shard keeps, about (one
-        per push call; 0: no feed, neither written nor read)."""
+        per push call; 0: no feed, neither written nor read); ``lifo``: each host's new requests are
+        served before those queued earlier (of one priority), as the crawl's recorded order says
+        (``order`` in ``<spider>:dupefilter:meta``), rather than first in, first out."""
         self.redis = redis
         self.default_rate = default_rate
         self.concurrency_cap = concurrency_cap
@@ -138,7 +141,8 @@ class Frontier:
         #: Per shard, when (time.monotonic()) it is next worth a lease call.
         self._shard_due = [0.0] * len(self.shards)
         self._cursor = 0
-        self._push = redis.register_script(source("frontier_push", SEGMENT_BITS=SEGMENT_BITS))
+        order = library("frontier_queue_lifo") if lifo else ""
+        self._push = redis.register_script(source("frontier_push", SEGMENT_BITS=SEGMENT_BITS, QUEUE_ORDER=order))
         self._lease = redis.register_script(source("frontier_lease"))
         self._restore = redis.register_script(source("frontier_restore"))
         self._take_start = redis.register_script(source("frontier_take_start"))

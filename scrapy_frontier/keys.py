@@ -222,13 +222,17 @@ class Keys:
         return colocated(self.start_urls, f"leases:{node_id}", True)
 
     @classmethod
-    def for_spider(cls, settings: BaseSettings, spider_name: str, spidercls: type | None = None) -> Keys:
-        """The keys of ``spider_name``'s crawl. A scrapy-redis spider class's own ``redis_key``
-        (``%(name)s`` expanded) names its start URLs, as in scrapy-redis."""
+    def for_spider(
+        cls, settings: BaseSettings, spider_name: str, spidercls: type | None = None, *, redis_key: str | None = None
+    ) -> Keys:
+        """The keys of ``spider_name``'s crawl. A scrapy-redis spider's own ``redis_key``
+        (``%(name)s`` expanded) names its start URLs, as in scrapy-redis: ``redis_key`` as the
+        scheduler read it from the spider instance, else the attribute of ``spidercls`` (what the
+        commands have)."""
         crawl = crawl_name(spider_name, settings.get("CRAWL_ID") or "")
         values = {"spider": crawl, "name": crawl}
         start_urls = settings.get("REDIS_START_URLS_KEY") or START_URLS_KEY
-        own = getattr(spidercls, "redis_key", None) if spidercls is not None else None
+        own = redis_key if redis_key is not None else getattr(spidercls, "redis_key", None)
         if isinstance(own, str) and own.strip():
             start_urls = own
         return cls(

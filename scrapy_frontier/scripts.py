@@ -39,6 +39,11 @@ def _read(name: str) -> str:
     return _expand(_text(f"{name}.lua"))
 
 
+def library(name: str) -> str:
+    """The text of library ``name`` (``lua/lib/<name>.lua``), as a placeholder's value."""
+    return _library(name)
+
+
 def names() -> list[str]:
     """The names of the scripts (``lua/*.lua``; the libraries of ``lua/lib/`` left out), sorted."""
     return sorted(

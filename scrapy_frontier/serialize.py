@@ -300,7 +300,7 @@ def is_utf8(encoding: str) -> bool:
 
 
 def parse_start_payload(
-    raw: bytes, spider: Spider, max_bytes: int, encoding: str = "utf-8"
+    raw: bytes, spider: Spider, max_bytes: int, encoding: str = "utf-8", *, default_dont_filter: bool = False
 ) -> tuple[Request, list[str]]:
     """Turn one ``<spider>:start_urls`` entry, text in ``encoding`` (``REDIS_ENCODING``, a Python
     codec name), into a request.
@@ -314,13 +314,33 @@ def parse_start_payload(
     other failure (JSON nested too deep for Python's parser: ``RecursionError``), so the workers
     and ``scrapy push`` refuse the same payloads. The body is sent as given: it is never turned
     into form data.
+
+    ``encoding`` decodes the payload (REDIS_ENCODING; ``not_utf8``, or ``not_decodable`` for another
+    encoding: ``not_decodable``, when it does not decode). ``default_dont_filter`` is the request's ``dont_filter``
+    when the payload does not say (a URL, or JSON without the key): ``True`` for a scrapy-redis
+    spider, whose start requests are ``dont_filter`` (Scrapy's offsite filter lets them through);
+    such a request is also marked ``is_start_request``, so the scheduler still fetches it once per
+    crawl, as it does the spider's own start requests.
     """
     try:
-        return _parse_start_payload(raw, spider, max_bytes, encoding)
+        request, unknown = _parse_start_payload(raw, spider, max_bytes, encoding)
     except RequestRefused:
         raise
     except Exception as exc:  # one bad payload never stops a batch, nor a command
         raise RequestRefused("bad_payload", f"{type(exc).__name__}: {exc}") from None
+    if default_dont_filter and not request.dont_filter and not _says_dont_filter(raw, encoding):
+        request.dont_filter = True
+        request.meta.setdefault("is_start_request", True)
+    return request, unknown
+
+
+def _says_dont_filter(raw: bytes, encoding: str) -> bool:
+    """Whether a start-URL payload (already parsed without error) is a JSON object with ``dont_filter``."""
+    text = raw.decode(encoding).strip()
+    if not text.startswith("{"):
+        return False
+    data = json.loads(text)
+    return isinstance(data, dict) and data.get("dont_filter") is not None
 
 
 def _parse_start_payload(raw: bytes, spider: Spider, max_bytes: int, encoding: str) -> tuple[Request, list[str]]:

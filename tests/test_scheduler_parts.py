@@ -62,8 +62,9 @@ def test_config_reads_every_setting_once_with_its_defaults(redis_url):
     assert config.shards is None and config.wait_replicas is None  # decided at join
     assert config.redis_url == redis_url and config.crawls_key == "scrapy-frontier:crawls"
     assert config.dedup is not None and not failed_at_open(crawler)
-    assert config.for_spider(BatchSpider()).start_batch == 7
-    assert config.for_spider(ProbeSpider()) is config
+    assert config.for_spider(BatchSpider(), crawler.settings).start_batch == 7
+    plain = config.for_spider(ProbeSpider(), crawler.settings)
+    assert plain.start_batch == config.start_batch and plain.start_urls_key is None
 
 
 def test_config_refuses_each_bad_setting_in_one_line(redis_url, caplog):

@@ -62,6 +62,9 @@ class StartUrlSpider(scrapy.Spider):
     ``<spider>:start_urls``. ``example`` is the command line a missing start URL suggests."""
 
     example = "scrapy crawl <spider> -a url=https://host/"
+    #: In distributed mode, workers wait for pushed start URLs when the crawl runs dry, until
+    #: MAX_IDLE_TIME_BEFORE_CLOSE (scrapy_frontier.scrapy_redis_compat.waits_for_start_urls).
+    waits_for_start_urls = True
 
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

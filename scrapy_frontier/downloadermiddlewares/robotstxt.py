@@ -83,7 +83,8 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         robots = Request(
             f"{url.scheme}://{netloc}/robots.txt",
             priority=self.DOWNLOAD_PRIORITY,
-            meta={"dont_obey_robotstxt": True},
+            # the request it is for passed the offsite filter (which runs first), dont_filter perhaps
+            meta={"dont_obey_robotstxt": True, "allow_offsite": True},
             callback=NO_CALLBACK,
         )
         self._stats.inc_value("robotstxt/request_count")

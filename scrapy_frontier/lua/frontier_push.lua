@@ -18,11 +18,13 @@
 --   duplicates (1/0), this node's id, seen feed length (entries kept, about; 0 = no feed)
 -- The seen feed gets one entry a call: n = node id, f = the new fingerprints (packed members, or
 -- hex) joined by ','.
--- Placeholder SEGMENT_BITS (dupefilter_seen).
+-- Placeholders SEGMENT_BITS (dupefilter_seen) and QUEUE_ORDER: empty, or the frontier_queue_lifo
+-- library for a last-in, first-out crawl.
 -- Returns how many requests were queued; with report 1, {queued, then the ARGV index of each
 -- duplicate's payload}.
 --! include redis_time
 --! include frontier_queue
+@QUEUE_ORDER@
 local prefix = ARGV[1]
 local D, FORGOTTEN, BLOOM = KEYS[1], KEYS[5], KEYS[6]
 local pprefix, BITS = ARGV[#ARGV - 9], ARGV[#ARGV - 8]

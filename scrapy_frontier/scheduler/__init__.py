@@ -23,13 +23,14 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_frontier import scrapy_internals
-from scrapy_frontier.config import failed_at_open
+from scrapy_frontier.config import fail_at_open, failed_at_open
 from scrapy_frontier.nodes import node_id_of
 from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.scheduler.config import SchedulerConfig
 from scrapy_frontier.scheduler.join import NodeHooks, join
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META
 from scrapy_frontier.scheduler.loop import FrontierLoop
+from scrapy_frontier.scrapy_redis_compat import unused_methods
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
@@ -69,7 +70,11 @@ class FrontierScheduler(BaseScheduler):
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
-        config = self.config.for_spider(spider)
+        try:
+            config = self.config.for_spider(spider, self.crawler.settings)
+        except ValueError as exc:
+            fail_at_open(self.crawler, "%s", exc)
+            return
         self._asyncio_loop = asyncio.get_running_loop()
         hooks = NodeHooks(
             info=self._node_info, dropped=self._dropped, reclaimed=self._reclaimed, state_lost=self._state_lost
@@ -78,6 +83,15 @@ class FrontierScheduler(BaseScheduler):
         if session is None:
             return
         loop = self.loop = FrontierLoop(self.crawler, config, spider, session, self.node_id, self.health)
+        queue_class = self.crawler.settings.get("SCHEDULER_QUEUE_CLASS")
+        if config.queue_order == "fifo":
+            logger.info(
+                "SCHEDULER_QUEUE_CLASS=%s: each host's requests are served first in, first out among those of one "
+                "priority; a higher priority still goes first",
+                queue_class,
+            )
+        for method, advice in unused_methods(spider):
+            logger.warning("%s is not called here: %s", method, advice)
         if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
             # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
             # worker that dies loses them); here the frontier takes them under lease instead.

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.connection import ConfigError, redis_url
 from scrapy_frontier.defaults import TABLE
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.keys import crawl_id_error
+from scrapy_frontier.scrapy_redis_compat import close_after, queue_order, spider_options, waits_for_start_urls
 from scrapy_frontier.serialize import is_utf8
 
 if TYPE_CHECKING:
     from scrapy import Spider
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 #: The most frontier shards a crawl can have: the hash slots of a Redis Cluster.
 MAX_SHARDS = 16384
@@ -35,14 +37,16 @@ class SchedulerConfig:
     node_timeout: float
     #: Longest wait between two lease calls that found nothing (seconds).
     poll_max: float
-    #: Seconds the whole crawl must have been idle before this worker closes (0: never).
+    #: MAX_IDLE_TIME_BEFORE_CLOSE: seconds the whole crawl must have been idle before this worker
+    #: closes (0: not set).
     idle_close: float
     persist: bool
     #: Start-URL payloads taken per call, and the largest accepted (bytes).
     start_batch: int
     start_max_bytes: int
     start_as_set: bool
-    #: The start-URL payloads' encoding (a Python codec name).
+    #: REDIS_ENCODING, or the spider's ``redis_encoding``: the text encoding of start-URL payloads
+    #: (a Python codec name).
     encoding: str
     #: Clear the crawl's frontier, dupefilter and leases when this worker starts it alone.
     flush_on_start: bool
@@ -64,6 +68,16 @@ class SchedulerConfig:
     dead_letter_dir: str
     #: Scrapy's DOWNLOAD_MAXSIZE (bytes, 0: no limit): a dead letter's response is cut to it.
     download_maxsize: int
+    #: scrapy-redis's SCHEDULER_IDLE_BEFORE_CLOSE (seconds): how long the whole crawl must have been
+    #: dry before a worker of a spider that does not wait for start URLs closes.
+    idle_before_close: float = 0.0
+    #: The order scrapy-redis's SCHEDULER_QUEUE_CLASS asked for: "priority", "fifo" or "lifo".
+    queue_order: str = "priority"
+    #: The spider's own start-URL key template (``redis_key``), ``None``: the settings'.
+    start_urls_key: str | None = None
+    #: Seconds the whole crawl must have been idle before this worker closes, 0 for never
+    #: (:func:`~scrapy_frontier.scrapy_redis_compat.close_after`; set by :meth:`for_spider`).
+    close_after: float = 0.0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SchedulerConfig:
@@ -103,6 +117,21 @@ class SchedulerConfig:
         except ConfigError as exc:
             fail_at_open(crawler, "%s", exc)
             url = None
+        idle_before_close = 0.0
+        raw_idle = settings.get("SCHEDULER_IDLE_BEFORE_CLOSE")
+        if raw_idle not in (None, ""):
+            try:
+                idle_before_close = float(raw_idle)
+            except (TypeError, ValueError):
+                idle_before_close = -1.0
+            if not idle_before_close >= 0:
+                fail_at_open(crawler, "Setting SCHEDULER_IDLE_BEFORE_CLOSE=%r must be a number >= 0", raw_idle)
+                idle_before_close = 0.0
+        order = "priority"
+        try:
+            order = queue_order(settings.get("SCHEDULER_QUEUE_CLASS"))
+        except ValueError as exc:
+            fail_at_open(crawler, "%s", exc)
         dedup: DedupConfig | None
         try:
             dedup = DedupConfig.from_settings(settings)
@@ -134,13 +163,24 @@ class SchedulerConfig:
             crawls_key=read_setting(crawler, "CRAWLS_KEY"),
             dead_letter_dir=read_setting(crawler, "DEAD_LETTER_DIR"),
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
+            idle_before_close=idle_before_close,
+            queue_order=order,
         )
 
-    def for_spider(self, spider: Spider) -> SchedulerConfig:
-        """This config with the spider's own values: a scrapy-redis spider's ``redis_batch_size``
-        (start URLs taken per call) over ``REDIS_START_URLS_BATCH_SIZE``."""
-        own: dict[str, Any] = {}
-        batch = getattr(type(spider), "redis_batch_size", None)
-        if batch:
-            own["start_batch"] = int(batch)
-        return replace(self, **own) if own else self
+    def for_spider(self, spider: Spider, settings: BaseSettings) -> SchedulerConfig:
+        """This config with the spider's own values, read from the spider instance
+        (:func:`~scrapy_frontier.scrapy_redis_compat.spider_options`): a scrapy-redis spider's
+        ``redis_key``, ``redis_batch_size`` (over ``REDIS_START_URLS_BATCH_SIZE``),
+        ``redis_encoding`` (over ``REDIS_ENCODING``) and ``max_idle_time`` (over
+        ``MAX_IDLE_TIME_BEFORE_CLOSE``), and when its workers close. Raises ``ValueError`` with a
+        one-line message for an attribute the frontier cannot use."""
+        options = spider_options(spider, settings)
+        idle_close = options.max_idle_time if options.max_idle_time is not None else self.idle_close
+        return replace(
+            self,
+            start_batch=options.batch_size or self.start_batch,
+            encoding=options.encoding or self.encoding,
+            start_urls_key=options.redis_key,
+            idle_close=idle_close,
+            close_after=close_after(idle_close, self.idle_before_close, waits_for_start_urls(spider)),
+        )

@@ -95,7 +95,7 @@ async def join(
     dupefilter written by another fingerprinter or layout; a crawl written by an unreleased
     development version; a shard layout this worker cannot use."""
     url = config.redis_url
-    keys = Keys.for_spider(crawler.settings, spider.name, type(spider))
+    keys = Keys.for_spider(crawler.settings, spider.name, redis_key=config.start_urls_key)
     if failed_at_open(crawler) or config.dedup is None:
         return None  # a setting already stops the crawl: join nothing, write nothing
     try:
@@ -186,14 +186,33 @@ async def join(
         )
     if not shards_agree(crawler, config, keys, client, shards):
         return None
+    wanted_order = "lifo" if config.queue_order == "lifo" else "fifo"
     try:
         async with client.pipeline(transaction=False) as pipe:
             pipe.hsetnx(keys.dupefilter_meta, "epoch", secrets.token_hex(8))
             pipe.hget(keys.dupefilter_meta, "epoch")
-            _, epoch = await pipe.execute()
+            pipe.hsetnx(keys.dupefilter_meta, "order", wanted_order)
+            pipe.hget(keys.dupefilter_meta, "order")
+            _, epoch, _, stored_order = await pipe.execute()
     except REDIS_FAILURES as exc:
         fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
         return None
+    order = text(stored_order)
+    if order != wanted_order:
+        logger.warning(
+            "The crawl %r serves requests %s (order=%s in %s, from its first worker's SCHEDULER_QUEUE_CLASS); "
+            "this worker does the same",
+            keys.crawl,
+            "last in, first out" if order == "lifo" else "first in, first out",
+            order,
+            keys.dupefilter_meta,
+        )
+    elif order == "lifo":
+        logger.info(
+            "Requests are served last in, first out (SCHEDULER_QUEUE_CLASS=%s): each host's newest first among "
+            "those of one priority, a higher priority first",
+            crawler.settings.get("SCHEDULER_QUEUE_CLASS"),
+        )
     keys = keys.with_shards(shards)
     register(crawler, keys)
     local_seen = config.local_seen_max
@@ -214,6 +233,7 @@ async def join(
         wait_timeout=config.wait_timeout,
         # a recrawl age lets a URL through again: a worker must not skip it on another's word
         seen_feed=SEEN_FEED_ENTRIES if local_seen and dedup.layout != "zset" else 0,
+        lifo=order == "lifo",
     )
     if adoption.locked:
         try:

@@ -75,6 +75,8 @@ class LeaseBook:
         #: The last request offered to the scheduler (:meth:`replaced` sees every one).
         self._offered: Request | None = None
         self._log_drops = True
+        #: The kinds of IgnoreRequest already logged at INFO (:meth:`_ignored`).
+        self._drop_reasons: set[str] = set()
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -166,7 +168,9 @@ class LeaseBook:
         if field is None or lease is None:
             return passthrough
         failed = request.meta.get(FAILED_META)
-        if failed is None and isinstance(result, Failure) and not result.check(IgnoreRequest):
+        if failed is None and isinstance(result, Failure) and result.check(IgnoreRequest):
+            self._ignored(result, request)
+        elif failed is None and isinstance(result, Failure):
             if result.check(DownloadCancelledError):
                 failed = self._cancelled(result, request)
             else:
@@ -175,6 +179,25 @@ class LeaseBook:
             self._dead_letter(lease.payload, request, failed)
         self.ack(field)
         return passthrough
+
+    def _ignored(self, failure: Failure, request: Request) -> None:
+        """A downloader middleware dropped ``request`` with ``IgnoreRequest`` (offsite, robots.txt,
+        ...): counted in ``frontier/dropped/ignored``; the first of each reason (the exception's
+        type and message, up to a quoted part such as a host) logged at INFO, as Scrapy's
+        dupefilter logs its first duplicate."""
+        self.stats.inc_value("frontier/dropped/ignored")
+        message = failure.getErrorMessage()
+        reason = f"{failure.type.__name__}: {message.split(chr(39), 1)[0].split(chr(34), 1)[0].strip()}"
+        first = reason not in self._drop_reasons
+        self._drop_reasons.add(reason)
+        logger.log(
+            logging.INFO if first else logging.DEBUG,
+            "Dropped before its response reached the spider (%s: %s): %s; its lease is acknowledged (further "
+            "drops of this kind: DEBUG, counted in frontier/dropped/ignored)",
+            failure.type.__name__,
+            message or "no reason given",
+            request,
+        )
 
     def _cancelled(self, failure: Failure, request: Request) -> dict[str, str]:
         """The dead letter of a download Scrapy cancelled: its body was over ``DOWNLOAD_MAXSIZE``

@@ -105,6 +105,7 @@ class FrontierLoop:
         self._poll_delay = 0.0
         self._next_poll = 0.0
         self._idle_since: float | None = None
+        self._idle_confirmed = False
         self._outage_since: float | None = None
         self._last_task_error: str | None = None  # logged once while it repeats
         self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
@@ -502,26 +503,41 @@ class FrontierLoop:
 
     # -- idle -----------------------------------------------------------------------------
 
+    def _busy(self) -> bool:
+        """Whether this worker holds anything: requests leased or to push, acknowledgements to send."""
+        return bool(self._local or len(self.leases) or self._to_push or self.leases.to_ack)
+
     async def _check_idle(self) -> None:
-        if self._local or len(self.leases) or self._to_push or self.leases.to_ack or self.config.idle_close <= 0:
+        """Read the whole crawl's status when this worker holds nothing; once two reads at least
+        ``close_after`` seconds apart (and every one between) found it idle, wake the engine so
+        that :meth:`on_idle` lets the spider close."""
+        if self._busy() or self.config.close_after <= 0:
             self._idle_since = None
+            self._idle_confirmed = False
             return
         status = await self.frontier.status()
-        if not status.idle:
+        if not status.idle or self._busy():
             self._idle_since = None
+            self._idle_confirmed = False
         elif self._idle_since is None:
             self._idle_since = time.monotonic()
-        elif time.monotonic() - self._idle_since >= self.config.idle_close and not await self._epoch_gone():
+        elif time.monotonic() - self._idle_since >= self.config.close_after and not await self._epoch_gone():
             # an empty Redis looks idle too: the crawl finishes only if its state is still there
+            self._idle_confirmed = True
             scrapy_internals.wake_engine(self.crawler)
 
     def on_idle(self, spider: Spider) -> None:
-        if (
-            self.config.idle_close <= 0
-            or self._idle_since is None
-            or time.monotonic() - self._idle_since < self.config.idle_close
-        ):
+        # the engine is idle once the spider's start requests are in this worker's buffers, not
+        # yet in Redis: the crawl is dry only if they were pushed (or found duplicates) since
+        if self.config.close_after <= 0 or not self._idle_confirmed or self._busy():
             raise DontCloseSpider
+        logger.info(
+            "Closing: the whole crawl has been idle for %ss (%s)",
+            f"{self.config.close_after:g}",
+            "MAX_IDLE_TIME_BEFORE_CLOSE or the spider's max_idle_time"
+            if self.config.idle_close > 0
+            else "the spider does not wait for start URLs in Redis; SCHEDULER_IDLE_BEFORE_CLOSE",
+        )
 
     # -- closing --------------------------------------------------------------------------
 

@@ -9,7 +9,11 @@ A payload becomes a request through :func:`scrapy_frontier.serialize.parse_start
 or a JSON object, checked), or, for a scrapy-redis ``RedisSpider`` / ``RedisCrawlSpider`` whose
 class overrides ``make_request_from_data``, through that method, as scrapy-redis does. A payload
 that makes no request is refused: logged, counted in ``start_urls/refused/<reason>`` and kept in
-``<start urls key>:invalid`` as pushed (:meth:`StartUrlIntake.refuse`).
+``<start urls key>:invalid`` as pushed (:meth:`StartUrlIntake.refuse`). A scrapy-redis spider's requests read by
+:func:`parse_start_payload` are ``dont_filter`` unless the JSON payload says ``"dont_filter":
+false``, as scrapy-redis's own ``make_request_from_data`` makes them: a pushed URL outside
+``allowed_domains`` is fetched. Payloads are decoded with ``REDIS_ENCODING`` or the spider's
+``redis_encoding``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_frontier.scrapy_redis_compat import is_redis_spider
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import shown_payload
 
@@ -57,13 +62,17 @@ class StartUrlIntake:
         #: The payloads' encoding (REDIS_ENCODING, or the spider's ``redis_encoding``).
         self.encoding = encoding
         self.hook = redis_spider_hook(spider)
+        #: a scrapy-redis spider's start requests are dont_filter (its make_request_from_data's are)
+        self.dont_filter = is_redis_spider(spider)
 
     def requests(self, raw: bytes) -> tuple[list[Request], dict[str, Any] | None]:
         """The requests of one payload, and its dead-letter record when it was refused."""
         if self.hook is not None:
             return self._from_hook(self.hook, raw)
         try:
-            request, unknown = parse_start_payload(raw, self.spider, self.max_bytes, self.encoding)
+            request, unknown = parse_start_payload(
+                raw, self.spider, self.max_bytes, encoding=self.encoding, default_dont_filter=self.dont_filter
+            )
         except RequestRefused as exc:  # any failure, as bad_payload: one never stops the batch
             return [], self.refuse(raw, exc)
         if unknown:
