@@ -135,7 +135,7 @@ class DistributedAddon:
             _install(settings, name, builtin, component, priority)
         if settings.get("LOG_FORMATTER") == "scrapy.logformatter.LogFormatter":
             settings.set("LOG_FORMATTER", LOG_FORMATTER, "addon")
-        scrapy_redis_settings.adopt(settings, self.crawler)
+        scrapy_redis_settings.apply(settings, self.crawler)
         if not settings.get("REDIS_URL"):
             return
         for name, ours in (("SCHEDULER", SCHEDULER), ("DUPEFILTER_CLASS", DUPEFILTER)):

@@ -1,8 +1,9 @@
 """scrapy-redis compatibility: which spiders read start URLs from Redis (:func:`waits_for_start_urls`),
 the scrapy-redis spider attributes read from the spider at open (:func:`spider_options`), the
-spider methods the frontier does not call (:func:`unused_methods`), and scrapy-redis's scheduler
-settings mapped onto the frontier (:func:`queue_order`). The table of what each one does here:
-docs/spiders.md, "scrapy-redis spider attributes"."""
+spider methods the frontier does not call (:func:`unused_methods`), scrapy-redis's scheduler
+settings mapped onto the frontier (:func:`queue_order`), and what the scheduler does to a spider
+when it opens (:func:`take_over`). The table of what each one does here: docs/spiders.md,
+"scrapy-redis spider attributes"."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from scrapy_frontier.keys import START_URLS_KEY
 
 if TYPE_CHECKING:
     from scrapy import Spider
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,8 @@ def spider_options(spider: Spider, settings: BaseSettings) -> SpiderOptions:
     name = spider.name
     cls = type(spider).__name__
     key = getattr(spider, "redis_key", None)
+    if isinstance(getattr(type(spider), "redis_key", None), (list, tuple)):
+        key = None  # the add-on refused a class's list of keys already (scrapy_redis_settings)
     if key is not None:
         if not isinstance(key, str):
             raise ValueError(
@@ -190,3 +194,33 @@ def queue_order(value: Any) -> str:
             f"({', '.join(sorted(QUEUE_CLASSES))})"
         )
     return order
+
+
+def take_over(crawler: Crawler, spider: Spider, queue_order: str, start_urls_key: str) -> None:
+    """What the scheduler does to a spider it opens: say how a FIFO ``SCHEDULER_QUEUE_CLASS`` maps
+    onto the frontier's order; name the scrapy-redis methods the spider's class defines that
+    are not called (a WARNING each); turn an ``allowed_domains`` iterator into a list (scrapy-redis's
+    example project sets ``filter(...)``, which Scrapy's offsite middlewares would each read, the
+    second finding it empty); and unhook a scrapy-redis spider's ``spider_idle``, which pops start
+    URLs without a lease (``LRANGE`` + ``LTRIM``: a worker that dies loses them): the frontier takes
+    them from ``start_urls_key`` under lease instead."""
+    from scrapy import signals
+
+    if queue_order == "fifo":
+        logger.info(
+            "SCHEDULER_QUEUE_CLASS=%s: each host's requests are served first in, first out among those of one "
+            "priority; a higher priority still goes first",
+            crawler.settings.get("SCHEDULER_QUEUE_CLASS"),
+        )
+    for method, advice in unused_methods(spider):
+        logger.warning("%s is not called here: %s", method, advice)
+    domains = getattr(spider, "allowed_domains", None)
+    if domains is not None and not isinstance(domains, (str, list, tuple, set, frozenset)):
+        spider.allowed_domains = list(domains)  # type: ignore[attr-defined]
+    if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
+        crawler.signals.disconnect(spider.spider_idle, signals.spider_idle)
+        logger.info(
+            "%s: start URLs come from %s through the frontier (scrapy-redis's own reading is off)",
+            type(spider).__name__,
+            start_urls_key,
+        )

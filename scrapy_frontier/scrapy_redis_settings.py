@@ -44,7 +44,7 @@ def _refuse(crawler: Crawler | None, message: str) -> None:
     fail_at_open(crawler, "%s", message)
 
 
-def adopt(settings: BaseSettings, crawler: Crawler | None) -> None:
+def apply(settings: BaseSettings, crawler: Crawler | None) -> None:
     """Apply the fate of every scrapy-redis setting in ``settings`` (at the ``addon`` priority,
     never over a value a settings source gave). Sets ``REDIS_URL`` from ``REDIS_HOST`` /
     ``REDIS_PORT`` / ``REDIS_DB``, or to redis-py's default Redis for scrapy-redis's scheduler

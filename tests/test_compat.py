@@ -24,7 +24,7 @@ from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.scheduler.config import SchedulerConfig
 from scrapy_frontier.scrapy_redis_compat import close_after, queue_order, waits_for_start_urls
-from tests.spiders.compat import CompatBadSpider
+from tests.spiders.compat import CompatPlainSpider
 
 COMPAT = {"SPIDER_MODULES": "tests.spiders"}
 
@@ -41,13 +41,13 @@ def test_which_spiders_wait_for_start_urls():
 
 
 def test_spider_attributes_are_read_from_the_instance_and_bad_ones_refused(redis_url):
-    crawler = get_crawler(CompatBadSpider, {"REDIS_URL": redis_url, "ADDONS": {DistributedAddon: 0}})
+    crawler = get_crawler(CompatPlainSpider, {"REDIS_URL": redis_url, "ADDONS": {DistributedAddon: 0}})
     config = SchedulerConfig.from_crawler(crawler)
-    spider = CompatBadSpider()
+    spider = CompatPlainSpider(url="http://127.0.0.9/")
     spider.redis_key, spider.redis_batch_size, spider.max_idle_time = "%(name)s:seeds", 3, 4
     own = config.for_spider(spider, crawler.settings)
     assert (own.start_urls_key, own.start_batch, own.close_after) == ("%(name)s:seeds", 3, 4)
-    for key, message in ((["a", "b"], "one key is supported"), (" ", "CompatBadSpider.redis_key is empty")):
+    for key, message in ((["a", "b"], "one key is supported"), (" ", "CompatPlainSpider.redis_key is empty")):
         spider.redis_key = key
         with pytest.raises(ValueError, match=message):
             config.for_spider(spider, crawler.settings)
@@ -61,7 +61,7 @@ def test_scheduler_queue_class_maps_onto_the_frontier_order(redis_url, caplog):
     assert queue_order("scrapy_redis.queue.FifoQueue") == queue_order("scrapy_redis.queue.SpiderQueue") == "fifo"
     assert queue_order("scrapy_redis.queue.LifoQueue") == "lifo"
     crawler = get_crawler(
-        CompatBadSpider,
+        CompatPlainSpider,
         {"REDIS_URL": redis_url, "ADDONS": {DistributedAddon: 0}, "SCHEDULER_QUEUE_CLASS": "shop.queues.Mine"},
     )
     SchedulerConfig.from_crawler(crawler)
@@ -172,5 +172,5 @@ def test_a_list_of_redis_keys_is_refused_at_start(start_worker, redis_url, redis
     worker = start_worker("compat_bad", settings=COMPAT, env={"REDIS_URL": redis_url})
     assert worker.wait(60) == 2, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and "CompatBadSpider.redis_key=['compat_bad:high', 'compat_bad:low']: one key" in errors[0]
+    assert len(errors) == 1 and "CompatBadSpider.redis_key is a list of keys: not supported" in errors[0]
     assert not redis_client.exists("compat_bad:dupefilter:meta")

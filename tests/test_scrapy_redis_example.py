@@ -263,11 +263,6 @@ def test_dmoz_fetches_every_category_page_once_and_stores_its_sites(dmoz):
     assert sorted((d["name"], d["link"]) for d in dmoz.redis_items()) == sites
 
 
-@pytest.mark.xfail(
-    reason="plain spiders closing when the crawl runs dry (another part of the issue): a dmoz worker waits "
-    "for more work instead of closing when the shared frontier is empty, as scrapy-redis's does",
-    strict=True,
-)
 def test_dmoz_workers_exit_by_themselves_when_the_crawl_runs_dry(dmoz):
     assert_clean(dmoz)
     assert dmoz.exited_alone == [True, True]
@@ -300,12 +295,6 @@ def test_myspider_workers_exit_after_max_idle_time(myspider):
     assert myspider.exited_alone == [True, True]
 
 
-@pytest.mark.xfail(
-    reason="allowed_domains = filter(...) set in __init__ (another part of the issue; or dont_filter start "
-    "requests, which the OffsiteMiddleware lets through): Scrapy 2.19's OffsiteMiddleware reads the filter "
-    "twice, the second time empty, and filters every pushed URL as offsite",
-    strict=True,
-)
 def test_myspider_fetches_each_pushed_url_of_its_domain_once(myspider):
     """Each pushed URL of the directory is fetched once by one of the workers and is one item
     (its title and URL), stored and in myspider_redis:items."""
@@ -318,11 +307,6 @@ def test_myspider_fetches_each_pushed_url_of_its_domain_once(myspider):
     assert {d["url"]: d["name"] for d in myspider.redis_items() if d["url"] in urls} == titles
 
 
-@pytest.mark.xfail(
-    reason="RedisSpider start requests dont_filter (another part of the issue): scrapy-redis fetches a pushed "
-    "URL outside allowed_domains, the frontier's start requests go through the OffsiteMiddleware",
-    strict=True,
-)
 def test_myspider_fetches_a_pushed_url_outside_its_domain(myspider):
     """scrapy-redis's pushed requests are dont_filter: allowed_domains does not apply to them."""
     assert myspider.fetched().get(myspider.other.url) == 1
@@ -356,12 +340,6 @@ def test_mycrawler_workers_wait_for_more_urls_until_stopped(mycrawler):
     assert_clean(mycrawler)
 
 
-@pytest.mark.xfail(
-    reason="allowed_domains = filter(...) set in __init__ (another part of the issue): Scrapy 2.19's "
-    "OffsiteMiddleware reads the filter twice, the second time empty, and filters every followed link "
-    "(scrapy-redis 0.9.1 on Scrapy 2.19 fetches the pushed URLs only)",
-    strict=True,
-)
 def test_mycrawler_fetches_every_page_of_its_domain_once(mycrawler):
     """The pushed URLs and every page reachable from them within the domain, once each across the
     two workers, none of the other hosts' links; every page the rule reached is an item (its

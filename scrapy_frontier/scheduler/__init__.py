@@ -30,7 +30,7 @@ from scrapy_frontier.scheduler.config import SchedulerConfig
 from scrapy_frontier.scheduler.join import NodeHooks, join
 from scrapy_frontier.scheduler.leases import FAILED_META, LEASE_META
 from scrapy_frontier.scheduler.loop import FrontierLoop
-from scrapy_frontier.scrapy_redis_compat import unused_methods
+from scrapy_frontier.scrapy_redis_compat import take_over
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
@@ -83,24 +83,7 @@ class FrontierScheduler(BaseScheduler):
         if session is None:
             return
         loop = self.loop = FrontierLoop(self.crawler, config, spider, session, self.node_id, self.health)
-        queue_class = self.crawler.settings.get("SCHEDULER_QUEUE_CLASS")
-        if config.queue_order == "fifo":
-            logger.info(
-                "SCHEDULER_QUEUE_CLASS=%s: each host's requests are served first in, first out among those of one "
-                "priority; a higher priority still goes first",
-                queue_class,
-            )
-        for method, advice in unused_methods(spider):
-            logger.warning("%s is not called here: %s", method, advice)
-        if hasattr(spider, "redis_key") and hasattr(spider, "spider_idle"):
-            # A scrapy-redis spider pops its start URLs itself when idle (LRANGE + LTRIM: a
-            # worker that dies loses them); here the frontier takes them under lease instead.
-            self.crawler.signals.disconnect(spider.spider_idle, signals.spider_idle)
-            logger.info(
-                "%s: start URLs come from %s through the frontier (scrapy-redis's own reading is off)",
-                type(spider).__name__,
-                session.keys.start_urls,
-            )
+        take_over(self.crawler, spider, config.queue_order, session.keys.start_urls)
         self.crawler.signals.connect(self._record_crawl, signals.spider_opened)
         self.crawler.signals.connect(loop.on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
