@@ -160,7 +160,7 @@ async def prepare(
         meta = {text(k): text(v) for k, v in raw_meta.items()}
         queue_type, df_type = text(queue_type), text(df_type)
         ours = "probe" in meta
-        foreign_queue = not ours and queue_type in ("zset", "list")
+        foreign_queue = not ours and queue_type in ("zset", "list") and not await _frontier_index(client, keys)
         if not (pending or foreign_queue or (not ours and df_type == "set")):
             return Found(crawl_fingerprinter(meta, default_fingerprinter))
         if not (pending or foreign_queue):
@@ -195,6 +195,19 @@ async def prepare(
         return Found(crawl_fingerprinter(meta, default_fingerprinter), kind, True)
     sample = await _read(client, renamed, kind, PROBE_SAMPLE)
     return Found(await _choose(client, keys, spider, settings, default_fingerprinter, sample), kind, True)
+
+
+async def _frontier_index(client: Any, keys: Keys) -> bool:
+    """Whether ``<spider>:requests`` is the frontier's own index of hosts, not a scrapy-redis
+    queue: a crawl whose meta is gone (cleared by its last worker) may have had requests put back
+    since (``scrapy requeue``). Its first member is a host with a queue of its own
+    (``<spider>:requests:<host>#0`` or, for its other priorities, ``<spider>:requests:<host>``);
+    a scrapy-redis member is a serialized request, which names no key."""
+    first = await client.zrange(keys.queue, 0, 0) if text(await client.type(keys.queue)) == "zset" else []
+    if not first:
+        return False
+    host_queue = keys.queue_prefix.encode() + first[0]
+    return bool(await client.exists(host_queue, host_queue + b"#0"))
 
 
 async def _read(client: Any, key: str, kind: str, n: int) -> list[tuple[bytes, float]]:
