@@ -472,9 +472,9 @@ class FrontierLoop:
 
     def state_lost(self) -> None:
         # Called on the heartbeat thread: the crawl's epoch is gone from Redis.
-        self._loop.call_soon_threadsafe(self._lose_state)
+        self._loop.call_soon_threadsafe(self._lose_state, self.heartbeat.lost_key)
 
-    def _lose_state(self) -> None:
+    def _lose_state(self, key: str = "") -> None:
         """The crawl's state in Redis is gone: say so in one line and stop the crawl (finish
         reason :data:`~scrapy_frontier.config.STATE_LOST`: ``scrapy crawl`` exits with status 1),
         with neither "finished" nor a clear of what is left, nor leases given back."""
@@ -487,7 +487,7 @@ class FrontierLoop:
             "or a replica was promoted before it synced. This worker fetched %s and scraped %s, which stay "
             "stored; it stops here. Start the crawl again from its start URLs (docs/operating.md, "
             '"When things fail")',
-            self.keys.dupefilter_meta,
+            key or self.keys.dupefilter_meta,
             self.epoch.decode(),
             plural(self.stats.get_value("response_received_count", 0), "page"),
             plural(self.stats.get_value("item_scraped_count", 0), "item"),
@@ -495,10 +495,20 @@ class FrontierLoop:
         self._loop.create_task(self.crawler.engine.close_spider_async(reason=STATE_LOST))
 
     async def _epoch_gone(self) -> bool:
-        """Whether the crawl's epoch is gone from Redis (one ``HGET``); if so, :meth:`_lose_state`."""
-        if self._state_lost or await self.frontier.redis.hget(self.keys.dupefilter_meta, "epoch") != self.epoch:
-            self._lose_state()
+        """Whether the crawl's epoch is gone from Redis, from the meta or from a shard (one round
+        trip); if so, :meth:`_lose_state`."""
+        if self._state_lost:
             return True
+        shard_epochs = self.keys.epoch_keys()
+        async with self.frontier.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.dupefilter_meta, "epoch")
+            for key in shard_epochs:
+                pipe.get(key)
+            epochs = await pipe.execute()
+        for key, epoch in zip([self.keys.dupefilter_meta, *shard_epochs], epochs):
+            if epoch != self.epoch:
+                self._lose_state(key)
+                return True
         return False
 
     # -- idle -----------------------------------------------------------------------------
