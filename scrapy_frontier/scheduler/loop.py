@@ -33,6 +33,7 @@ from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.politeness import sync_rates
+from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -334,6 +335,25 @@ class FrontierLoop:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
 
+    def _forgo_pushes(self) -> None:
+        """Leaving while Redis is out of memory, which refuses the pushes (they would grow it):
+        drop the links and dead letters found by the pages this worker leased, and their
+        acknowledgements, so that those pages go back to the frontier with every other lease
+        (:meth:`Frontier.release`, which Redis runs at ``maxmemory``: it moves requests, and the
+        freed lease hash pays for them), to be fetched again and their links found again."""
+        links, pages = len(self._to_push), len(self.leases.to_ack) + len(self.leases.to_fail)
+        if links or pages:
+            logger.warning(
+                "Redis is out of memory: the %s found by this worker's last %s are not queued; those pages go "
+                "back to the frontier, to be fetched again",
+                plural(links, "link"),
+                plural(pages, "page"),
+            )
+            self.stats.inc_value("frontier/forgone_pushes", links)
+        self._to_push.clear()
+        self.leases.to_ack.clear()
+        self.leases.to_fail.clear()
+
     async def _flush(self) -> None:
         # Flush what is buffered now; what arrives meanwhile waits for the next round.
         to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
@@ -567,7 +587,10 @@ class FrontierLoop:
         deadline = time.monotonic() + 30
         while True:
             try:
-                await self._flush()
+                if self.health.state == OUT_OF_MEMORY:
+                    self._forgo_pushes()
+                else:
+                    await self._flush()
                 released = await self.frontier.release()
                 await self.frontier.leave()
                 break
