@@ -539,7 +539,12 @@ class Frontier:
             self._restore(keys=k, args=a) for k, a in restore_calls(self.keys, [self.node_id], self.start_urls_as_set)
         ]
         restored = sum(int(n) for n in await asyncio.gather(*calls))
-        while await self.redis.lmove(self.keys.items_replaying(self.node_id), self.keys.items_pending, "LEFT", "RIGHT"):
+        replaying = self.keys.items_replaying(self.node_id)
+        # LMOVE is refused at maxmemory even on an empty list; the lease restores are not
+        # (frontier_restore runs at maxmemory), so a node with no items in hand leaves anyway
+        while await self.redis.exists(replaying) and await self.redis.lmove(
+            replaying, self.keys.items_pending, "LEFT", "RIGHT"
+        ):
             restored += 1
         self._lease_shard.clear()
         return restored

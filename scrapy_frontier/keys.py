@@ -132,6 +132,12 @@ class Shard:
         return self.dupefilter + ":bloom"
 
     @property
+    def epoch(self) -> str:
+        """The crawl's epoch, copied into the shard's hash slot (a sharded crawl): gone or changed,
+        the master that holds the shard lost its data while the rest of the crawl's keys stayed."""
+        return self.dupefilter + ":epoch"
+
+    @property
     def seen_feed(self) -> str:
         """Stream of the fingerprints the shard's dupefilter took in lately, one entry per push
         call (``lua/frontier_push.lua``), read by every node's lease calls: a node's local
@@ -209,6 +215,12 @@ class Keys:
 
     def all_shards(self) -> list[Shard]:
         return [self.shard(i) for i in range(max(1, self.shards))]
+
+    def epoch_keys(self) -> list[str]:
+        """The keys that hold the crawl's epoch besides ``epoch`` in :attr:`dupefilter_meta`: each
+        shard's :attr:`Shard.epoch` in a sharded crawl (whose shards may live on other Redis
+        Cluster masters than the meta), none on a single Redis."""
+        return [sh.epoch for sh in self.all_shards()] if self.shards else []
 
     def shard_of(self, host: str) -> Shard:
         return self.shard(shard_of_host(host, self.shards))

@@ -82,8 +82,9 @@ class Heartbeat:
     dead. ``info()`` gives the facts to publish; ``on_dropped()`` is called (from the heartbeat
     thread) when this node finds it had been declared dead; ``on_reclaimed(leases, nodes)`` when
     it took back dead nodes' leases; ``on_state_lost()``, once, when the crawl's ``epoch`` (as
-    the node joined it) is gone from Redis or changed. ``health``: where Redis errors are reported (the
-    crawler's; one of its own by default)."""
+    the node joined it) is gone from Redis or changed, in the meta or in any of
+    :meth:`~scrapy_frontier.keys.Keys.epoch_keys` (:attr:`lost_key` names where). ``health``:
+    where Redis errors are reported (the crawler's; one of its own by default)."""
 
     def __init__(
         self,
@@ -116,6 +117,8 @@ class Heartbeat:
         self._on_state_lost = on_state_lost
         #: Whether a beat found the crawl's epoch gone or changed: the crawl's state in Redis is lost.
         self.state_lost = False
+        #: The key where the epoch was found gone or changed.
+        self.lost_key = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._joined = False
@@ -141,16 +144,24 @@ class Heartbeat:
         # started: the server's time at the first beat, as every time status compares
         info = {**self._info(), "beat": now, "started": self._started}
         self._write_info(keys=[info_key], args=[int(self.timeout * 1000), *(v for pair in info.items() for v in pair)])
+        shard_epochs = self.keys.epoch_keys()
         with self.client.pipeline(transaction=False) as pipe:
             pipe.get(self.keys.forgets)
             pipe.hget(self.keys.dupefilter_meta, "epoch")
-            forgets, epoch = pipe.execute()
+            for key in shard_epochs:
+                pipe.get(key)
+            forgets, *epochs = pipe.execute()
         self.forgets = forgets or b"0"
         if self.epoch is not None and not self.state_lost:
-            if epoch != self.epoch:
-                # Redis restarted empty, or a replica that had not synced was promoted: this node
-                # was not declared dead, the whole crawl's state went
+            lost = [
+                key for key, epoch in zip([self.keys.dupefilter_meta, *shard_epochs], epochs) if epoch != self.epoch
+            ]
+            if lost:
+                # Redis restarted empty, or a replica that had not synced was promoted (of the
+                # whole crawl, or of one Cluster master's shards): this node was not declared
+                # dead, the crawl's state went
                 self.state_lost = True
+                self.lost_key = lost[0]
                 self._on_state_lost()
         if added and self._joined and not self.state_lost:
             self._on_dropped()

@@ -501,3 +501,37 @@ def test_redis_cluster_declared_on_a_single_redis_gives_one_line(url_db, start_w
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "REDIS_URL" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
+
+
+@pytest.mark.slow
+def test_a_master_that_loses_its_data_mid_crawl_stops_the_crawl_in_one_line(
+    redis_cluster, tmp_path, start_worker, mysql_url, mysql_query
+):
+    """One Redis Cluster master loses its data (FLUSHALL: a master restarted without persistence,
+    its replica following it) while the crawl's meta, on another master, stays: each worker finds
+    its shards' epoch gone, says so in one ERROR line naming the shard, never says the crawl
+    finished, and exits with status 1."""
+    from tests.test_crawl import stored_urls_mysql
+    from tests.test_faults import wait_stored
+
+    site = HttpServer(DOCS, "127.0.0.14")
+    try:
+        env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+        workers = [start_worker(settings=settings, env=env) for _ in range(2)]
+        for w in workers:
+            w.wait_for("Joined the crawl")
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        client.lpush("site:start_urls", f"{site.url}index.html")
+        meta_port = client.get_node_from_key("site:dupefilter:meta").port
+        shard_ports = {client.get_node_from_key(sh.epoch).port for sh in keys().all_shards()}
+        client.close()
+        victim = next(m for m in redis_cluster.masters() if m.port != meta_port and m.port in shard_ports)
+        wait_stored(lambda: len(stored_urls_mysql(mysql_query)), 40)
+        redis_cluster.client(victim.port).flushall()
+        for w in workers:
+            assert w.wait(120) == 1, w.output[-3000:]
+            assert w.output.count("The crawl's state in Redis is gone (site:{site/") == 1, w.output[-3000:]
+            assert "'finish_reason': 'state_lost'" in w.output and "Crawl finished" not in w.output
+    finally:
+        site.stop()

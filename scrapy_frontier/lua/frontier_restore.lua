@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- frontier_restore: put every lease of some lease hashes (a node leaving, or nodes found dead) back
 -- where it came from, in the order it was taken: a request at the front of its host's queue, a raw
 -- start URL in the start URLs; the hashes are deleted.

@@ -197,6 +197,8 @@ async def join(
     except REDIS_FAILURES as exc:
         fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
         return None
+    if not await shard_epochs_agree(crawler, client, keys.with_shards(shards), epoch):
+        return None
     order = text(stored_order)
     if order != wanted_order:
         logger.warning(
@@ -290,6 +292,40 @@ async def old_format_leases(client: Any, keys: Keys) -> int:
     return sum(
         1 for fields in replies for f in fields if b"\t" not in f and f != LEASE_MARK and not f.startswith(START_PREFIX)
     )
+
+
+async def shard_epochs_agree(crawler: Crawler, client: Any, keys: Keys, epoch: bytes) -> bool:
+    """Copy the crawl's ``epoch`` into each shard's slot (:meth:`~scrapy_frontier.keys.Keys.epoch_keys`,
+    a sharded crawl), where it is missing, and refuse (at open) a shard that holds another: part
+    of the crawl's state was lost (a Redis Cluster master that lost its data, or the meta did).
+    A master that loses its data later is found by the heartbeat."""
+    shard_epochs = keys.epoch_keys()
+    if not shard_epochs:
+        return True
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            for key in shard_epochs:
+                pipe.set(key, epoch, nx=True)
+            for key in shard_epochs:
+                pipe.get(key)
+            found = (await pipe.execute())[len(shard_epochs) :]
+    except REDIS_FAILURES as exc:
+        fail_at_open(crawler, "Cannot use Redis (%s)", describe_error(exc))
+        return False
+    other = [key for key, value in zip(shard_epochs, found) if value != epoch]
+    if other:
+        fail_at_open(
+            crawler,
+            "The crawl %r's state in Redis is partly gone: %s holds another epoch than %s (%s): a Redis Cluster "
+            "master lost its data, or the crawl's meta did. Start the crawl over (another CRAWL_ID, or delete its "
+            'keys); docs/operating.md, "When things fail"',
+            keys.crawl,
+            plural(len(other), "shard"),
+            keys.dupefilter_meta,
+            text(epoch),
+        )
+        return False
+    return True
 
 
 def shards_for(config: SchedulerConfig, client: Any) -> int:

@@ -33,6 +33,7 @@ from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX
 from scrapy_frontier.politeness import sync_rates
+from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -334,6 +335,25 @@ class FrontierLoop:
         if self._outage_since is None:
             self._outage_since = time.monotonic()
 
+    def _forgo_pushes(self) -> None:
+        """Leaving while Redis is out of memory, which refuses the pushes (they would grow it):
+        drop the links and dead letters found by the pages this worker leased, and their
+        acknowledgements, so that those pages go back to the frontier with every other lease
+        (:meth:`Frontier.release`, which Redis runs at ``maxmemory``: it moves requests, and the
+        freed lease hash pays for them), to be fetched again and their links found again."""
+        links, pages = len(self._to_push), len(self.leases.to_ack) + len(self.leases.to_fail)
+        if links or pages:
+            logger.warning(
+                "Redis is out of memory: the %s found by this worker's last %s are not queued; those pages go "
+                "back to the frontier, to be fetched again",
+                plural(links, "link"),
+                plural(pages, "page"),
+            )
+            self.stats.inc_value("frontier/forgone_pushes", links)
+        self._to_push.clear()
+        self.leases.to_ack.clear()
+        self.leases.to_fail.clear()
+
     async def _flush(self) -> None:
         # Flush what is buffered now; what arrives meanwhile waits for the next round.
         to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
@@ -472,9 +492,9 @@ class FrontierLoop:
 
     def state_lost(self) -> None:
         # Called on the heartbeat thread: the crawl's epoch is gone from Redis.
-        self._loop.call_soon_threadsafe(self._lose_state)
+        self._loop.call_soon_threadsafe(self._lose_state, self.heartbeat.lost_key)
 
-    def _lose_state(self) -> None:
+    def _lose_state(self, key: str = "") -> None:
         """The crawl's state in Redis is gone: say so in one line and stop the crawl (finish
         reason :data:`~scrapy_frontier.config.STATE_LOST`: ``scrapy crawl`` exits with status 1),
         with neither "finished" nor a clear of what is left, nor leases given back."""
@@ -487,7 +507,7 @@ class FrontierLoop:
             "or a replica was promoted before it synced. This worker fetched %s and scraped %s, which stay "
             "stored; it stops here. Start the crawl again from its start URLs (docs/operating.md, "
             '"When things fail")',
-            self.keys.dupefilter_meta,
+            key or self.keys.dupefilter_meta,
             self.epoch.decode(),
             plural(self.stats.get_value("response_received_count", 0), "page"),
             plural(self.stats.get_value("item_scraped_count", 0), "item"),
@@ -495,10 +515,20 @@ class FrontierLoop:
         self._loop.create_task(self.crawler.engine.close_spider_async(reason=STATE_LOST))
 
     async def _epoch_gone(self) -> bool:
-        """Whether the crawl's epoch is gone from Redis (one ``HGET``); if so, :meth:`_lose_state`."""
-        if self._state_lost or await self.frontier.redis.hget(self.keys.dupefilter_meta, "epoch") != self.epoch:
-            self._lose_state()
+        """Whether the crawl's epoch is gone from Redis, from the meta or from a shard (one round
+        trip); if so, :meth:`_lose_state`."""
+        if self._state_lost:
             return True
+        shard_epochs = self.keys.epoch_keys()
+        async with self.frontier.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.dupefilter_meta, "epoch")
+            for key in shard_epochs:
+                pipe.get(key)
+            epochs = await pipe.execute()
+        for key, epoch in zip([self.keys.dupefilter_meta, *shard_epochs], epochs):
+            if epoch != self.epoch:
+                self._lose_state(key)
+                return True
         return False
 
     # -- idle -----------------------------------------------------------------------------
@@ -557,7 +587,10 @@ class FrontierLoop:
         deadline = time.monotonic() + 30
         while True:
             try:
-                await self._flush()
+                if self.health.state == OUT_OF_MEMORY:
+                    self._forgo_pushes()
+                else:
+                    await self._flush()
                 released = await self.frontier.release()
                 await self.frontier.leave()
                 break
