@@ -46,10 +46,11 @@ MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: test_scrapy_redis_example.py: scrapy-redis's example project, its spiders and their keys' prefixes
 #: (myspider:start_urls, mycrawler:start_urls).
 #: test_compat.py: tests/spiders/compat.py's (compat_redis's redis_key: compat_redis:seeds).
+#: test_scrapy_redis_fates.py: tests/spiders/fates.py's (its keys renamed by the scrapy-redis key settings).
 SPIDERS = (
     *("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad"),
     *("dmoz", "myspider_redis", "mycrawler_redis", "myspider", "mycrawler"),
-    *("compat_redis", "compat_plain", "compat_bad"),
+    *("compat_redis", "compat_plain", "compat_bad", "fates"),
 )
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
