@@ -14,9 +14,10 @@ scrapy-redis 0.9.1 (``scrapy_redis.scheduler.Scheduler``) keeps a crawl in two k
 A crawl is scrapy-redis's when those keys exist and ``<spider>:dupefilter:meta`` does not (the
 frontier writes it when a crawl starts). The first worker to join it:
 
-1. takes the adoption lock ``<spider>:scrapy-redis:adopting`` (other workers wait for it), and
-   renames the queue to ``<spider>:scrapy-redis:requests``, freeing ``<spider>:requests`` for the
-   frontier's index of hosts;
+1. takes the adoption lock ``<spider>:scrapy-redis:adopting`` (other workers wait for it),
+   checks that no scrapy-redis worker still writes the crawl (:data:`QUIET`), and renames the
+   queue to ``<spider>:scrapy-redis:requests``, freeing ``<spider>:requests`` for the frontier's
+   index of hosts;
 2. finds which fingerprint wrote the dupefilter: the fingerprints of the queued requests (each
    was added to the dupefilter when it was queued) and of the spider's ``start_urls`` are looked
    up under scrapy-redis's and under Scrapy's; scrapy-redis's unless Scrapy's matches more. The
@@ -75,6 +76,9 @@ BATCH = 500
 LOCK_TTL = 60
 #: Queued requests decoded to find which fingerprint wrote the dupefilter.
 PROBE_SAMPLE = 50
+#: Seconds a scrapy-redis crawl must stay unchanged before it is adopted: a scrapy-redis worker
+#: still running pops and pushes within them.
+QUIET = 2.0
 
 
 class AdoptionError(Exception):
@@ -165,6 +169,7 @@ async def prepare(
             return Found(crawl_fingerprinter(meta, default_fingerprinter))
         if not (pending or foreign_queue):
             # a scrapy-redis dupefilter and nothing queued: only the fingerprint to decide
+            await _refuse_if_written(client, keys, queue_type)
             return Found(await _choose(client, keys, spider, settings, default_fingerprinter, []))
         if is_cluster(client):
             raise AdoptionError(
@@ -187,6 +192,11 @@ async def prepare(
                 f"{keys.queue} holds a scrapy-redis queue, and {renamed} holds one being adopted: move one of them "
                 "away (redis-cli rename) and start again"
             )
+        try:
+            await _refuse_if_written(client, keys, queue_type)
+        except AdoptionError:
+            await client.delete(lock)
+            raise
         await client.rename(keys.queue, renamed)
         kind = queue_type
     else:
@@ -195,6 +205,31 @@ async def prepare(
         return Found(crawl_fingerprinter(meta, default_fingerprinter), kind, True)
     sample = await _read(client, renamed, kind, PROBE_SAMPLE)
     return Found(await _choose(client, keys, spider, settings, default_fingerprinter, sample), kind, True)
+
+
+async def _refuse_if_written(client: Any, keys: Keys, queue_type: str) -> None:
+    """Raise :class:`AdoptionError` when a scrapy-redis worker still writes the crawl: its queue's
+    length or its dupefilter's size changes within :data:`QUIET` seconds. Such a worker would pop
+    from the frontier's index of hosts once the queue is moved (and take a host's place in it with
+    its next pop), or push pickled requests into it."""
+
+    async def sizes() -> list[Any]:
+        async with client.pipeline(transaction=False) as pipe:
+            if queue_type == "zset":
+                pipe.zcard(keys.queue)
+            elif queue_type == "list":
+                pipe.llen(keys.queue)
+            pipe.scard(keys.dupefilter)
+            return list(await pipe.execute())
+
+    before = await sizes()
+    await asyncio.sleep(QUIET)
+    after = await sizes()
+    if after != before:
+        raise AdoptionError(
+            f"a scrapy-redis worker is still crawling it ({keys.queue} and {keys.dupefilter} changed within "
+            f"{QUIET:g}s): stop every scrapy-redis worker of the crawl (scrapyd jobs too), then start this one again"
+        )
 
 
 async def _frontier_index(client: Any, keys: Keys) -> bool:
@@ -300,7 +335,8 @@ async def move(
     stats.inc_value("frontier/adopted", moved)
     if refused:
         stats.inc_value("frontier/adopted/refused", refused)
-    logger.info(
+    logger.log(
+        logging.WARNING if refused else logging.INFO,
         "Adopted the scrapy-redis crawl %r: %s moved from %s into the frontier in %.1fs%s",
         keys.crawl,
         plural(moved, "queued request"),

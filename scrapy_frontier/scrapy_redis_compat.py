@@ -139,7 +139,8 @@ def spider_options(spider: Spider, settings: BaseSettings) -> SpiderOptions:
             batch = 0
         if batch < 1:
             raise ValueError(f"{cls}.redis_batch_size={raw_batch!r} must be an integer >= 1")
-    encoding = getattr(spider, "redis_encoding", None)
+    # REDIS_ENCODING itself is checked with the settings: only a spider's own value here
+    encoding = _own(spider, "redis_encoding", settings.get("REDIS_ENCODING") or "utf-8")
     if encoding is not None:
         try:
             codecs.lookup(encoding)

@@ -44,6 +44,18 @@ def _refuse(crawler: Crawler | None, message: str) -> None:
     fail_at_open(crawler, "%s", message)
 
 
+def redis_key_problem(spidercls: type) -> str | None:
+    """Why a spider class's ``redis_key`` cannot be used, or ``None``: a list of keys (scrapy-redis
+    master's several start-URL keys). ``scrapy crawl`` checks it before the spider is made, since
+    scrapy-redis 0.9.1's own ``setup_redis`` fails on a list."""
+    if isinstance(getattr(spidercls, "redis_key", None), (list, tuple)):
+        return (
+            f"{spidercls.__name__}.redis_key is a list of keys: not supported; use one start-URL key, with "
+            'each payload\'s priority in JSON: {"url": "...", "priority": 10}'
+        )
+    return None
+
+
 def apply(settings: BaseSettings, crawler: Crawler | None) -> None:
     """Apply the fate of every scrapy-redis setting in ``settings`` (at the ``addon`` priority,
     never over a value a settings source gave). Sets ``REDIS_URL`` from ``REDIS_HOST`` /
@@ -59,7 +71,8 @@ def apply(settings: BaseSettings, crawler: Crawler | None) -> None:
         return
     if implied is not None:
         url, reason = implied
-        settings.set("REDIS_URL", url, "addon")
+        # over an empty REDIS_URL of any priority (REDIS_URL = os.environ.get("REDIS_URL", ""))
+        settings.set("REDIS_URL", url, settings.getpriority("REDIS_URL") or "addon")
         logger.info("scrapy-frontier: distributed crawl on %s (%s, as scrapy-redis connects)", url, reason)
     if not settings.get("REDIS_URL"):
         return
@@ -78,13 +91,9 @@ def apply(settings: BaseSettings, crawler: Crawler | None) -> None:
             "REDIS_START_URLS_AS_ZSET is not supported: push start URLs to a list (lpush, or scrapy push), "
             'with their priority in a JSON payload: {"url": "...", "priority": 10}',
         )
-    redis_key = getattr(crawler.spidercls, "redis_key", None) if crawler is not None else None
-    if isinstance(redis_key, (list, tuple)):
-        _refuse(
-            crawler,
-            f"{crawler.spidercls.__name__ if crawler else 'The spider'}.redis_key is a list of keys: not supported; "
-            'use one start-URL key, with each payload\'s priority in JSON: {"url": "...", "priority": 10}',
-        )
+    problem = redis_key_problem(crawler.spidercls) if crawler is not None else None
+    if problem:
+        _refuse(crawler, problem)
     if _set(settings, "REDIS_KEY_CHECK_INTERVAL"):
         _refuse(
             crawler,

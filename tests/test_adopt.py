@@ -10,6 +10,7 @@ import json
 import sqlite3
 
 import pytest
+import redis
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
@@ -168,3 +169,35 @@ def test_an_adoption_lock_held_by_a_live_worker_is_waited_for(redis_url, redis_c
     session = join_once(crawler)  # waits about a second for the lock to expire, then adopts
     assert session is not None
     assert queued_requests(redis_client, b"probe:requests:") == 1
+
+
+def test_a_scrapy_redis_worker_still_running_is_refused_and_nothing_moved(redis_url, redis_client, caplog):
+    """A scrapy-redis worker left running would pop from the frontier's index once the queue is
+    moved: the first worker with the add-on sees the crawl change and stops with one line."""
+    import threading
+
+    crawler, spider = spider_of(redis_url)
+    PriorityQueue(redis_client, spider, "probe:requests").push(Request("http://127.0.0.9/x"))
+    stop = threading.Event()
+
+    def scrapy_redis_worker():
+        dupefilter = RFPDupeFilter(redis.Redis.from_url(redis_url), "probe:dupefilter")
+        i = 0
+        while not stop.wait(0.2):
+            dupefilter.request_seen(Request(f"http://127.0.0.9/{i}"))
+            i += 1
+
+    thread = threading.Thread(target=scrapy_redis_worker)
+    thread.start()
+    try:
+        with caplog.at_level("ERROR"):
+            assert join_once(crawler) is None
+    finally:
+        stop.set()
+        thread.join()
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert "a scrapy-redis worker is still crawling it" in line and "stop every scrapy-redis worker" in line
+    assert redis_client.type("probe:requests") == b"zset" and redis_client.zcard("probe:requests") == 1
+    assert not redis_client.exists(
+        "probe:scrapy-redis:requests", "probe:scrapy-redis:adopting", "probe:dupefilter:meta"
+    )

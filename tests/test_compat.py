@@ -168,9 +168,11 @@ def test_a_lifo_frontier_serves_each_host_newest_first(redis_url):
     assert asyncio.run(order(False)) == ["top", "a", "b", "c"]
 
 
-def test_a_list_of_redis_keys_is_refused_at_start(start_worker, redis_url, redis_client):
-    worker = start_worker("compat_bad", settings=COMPAT, env={"REDIS_URL": redis_url})
+@pytest.mark.parametrize("spider", ["compat_bad", "compat_bad_redis"])
+def test_a_list_of_redis_keys_is_refused_at_start(spider, start_worker, redis_url, redis_client):
+    worker = start_worker(spider, settings=COMPAT, env={"REDIS_URL": redis_url})
     assert worker.wait(60) == 2, worker.output[-3000:]
-    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
-    assert len(errors) == 1 and "CompatBadSpider.redis_key is a list of keys: not supported" in errors[0]
-    assert not redis_client.exists("compat_bad:dupefilter:meta")
+    errors = [line for line in worker.output.splitlines() if "ERROR" in line or line.startswith("error:")]
+    assert len(errors) == 1 and "redis_key is a list of keys: not supported" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output
+    assert not redis_client.exists(f"{spider}:dupefilter:meta")

@@ -88,7 +88,7 @@ def test_key_settings_redis_pipeline_and_make_request_from_data_in_one_crawl(
     watcher = KeyWatcher(redis_client)
     watcher.start()
     worker.wait_for("Joined the crawl")
-    redis_client.lpush("fates:seeds", " ".join(pages[:2]), b"boom: no request", " ".join(pages[2:]))
+    redis_client.lpush("fates:seeds", " ".join(pages[:2]), b"boom: no request", b"skip", " ".join(pages[2:]))
     try:
         assert worker.wait(30) == 0, worker.output[-3000:]
     finally:
@@ -121,6 +121,7 @@ def test_key_settings_redis_pipeline_and_make_request_from_data_in_one_crawl(
     # one that raised was refused in one line
     assert all(item["made_by"] == "fates" for item in items)
     assert worker.stat("start_urls/accepted") == 4 and worker.stat("start_urls/refused/make_request_from_data") == 1
+    assert worker.stat("start_urls/no_request") == 1  # "skip": the spider's choice, not a dead letter
     assert (
         "WARNING: Refused start URL payload 'boom: no request' (make_request_from_data): "
         "FatesSpider.make_request_from_data raised ValueError: a payload this spider cannot make a request of" in out

@@ -18,8 +18,9 @@ from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from scrapy_frontier.config import CONFIG_ERROR, STATE_LOST
+from scrapy_frontier.config import CONFIG_ERROR, STATE_LOST, failed_at_open
 from scrapy_frontier.observability import logjson
+from scrapy_frontier.scrapy_redis_settings import redis_key_problem
 
 if TYPE_CHECKING:
     import argparse
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 class Command(ScrapyCrawlCommand):
     #: Crawlers made whose spider has not closed: one left when the run ends was stopped unclean.
     _unclosed = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: The crawlers made: one a setting stopped, however it ended, exits with status 2.
+        self._crawlers: list[Crawler] = []
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         super().process_options(args, opts)
@@ -43,6 +49,11 @@ class Command(ScrapyCrawlCommand):
                     file=sys.stderr,
                 )
                 raise SystemExit(2)
+            # a RedisSpider's own setup_redis would end in a traceback before any component opens
+            problem = redis_key_problem(get_spider_loader(self.settings).load(args[0]))
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                raise SystemExit(2)
         # LOG_JSON: the JSON handler must be in place before the CrawlerProcess logs its first line.
         try:
             logjson.install_early(self.settings, args[0] if args else None)
@@ -52,6 +63,7 @@ class Command(ScrapyCrawlCommand):
     def _create_crawler(self, spidercls: Any) -> Crawler:
         crawler = super()._create_crawler(spidercls)
         self._unclosed += 1
+        self._crawlers.append(crawler)
         logjson.set_crawler(crawler)
         crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
         return crawler
@@ -66,7 +78,11 @@ class Command(ScrapyCrawlCommand):
     def run(self, args: list[str], opts: Any) -> None:
         exitcode = getattr(self, "exitcode", 0)
         super().run(args, opts)
-        if self._unclosed > 0:
+        if any(failed_at_open(crawler) for crawler in self._crawlers):
+            # a setting refused at start, even when the spider then failed to be made (a list
+            # redis_key, which scrapy-redis's own setup_redis cannot expand)
+            exitcode = 2
+        elif self._unclosed > 0:
             # the reactor stopped with a spider still open: a second SIGINT or SIGTERM (Scrapy's
             # "forcing unclean shutdown"), whose leases are left for the other workers to reclaim
             exitcode = max(exitcode, 1)

@@ -120,10 +120,9 @@ class StartUrlIntake:
                 ),
             )
         if not requests:
-            return [], self.refuse(
-                raw,
-                RequestRefused("no_request", f"{type(self.spider).__name__}.make_request_from_data made no request"),
-            )
+            # the spider's own choice (scrapy-redis logs it at DEBUG too): counted, not a dead letter
+            logger.debug("Request not made from data: %s", shown_payload(raw))
+            self.stats.inc_value("start_urls/no_request")
         return requests, None
 
     def refuse(self, raw: bytes, exc: RequestRefused) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 (``tests/test_compat.py``): ``compat_redis`` (a ``RedisSpider`` whose ``redis_key``,
 ``redis_encoding`` and ``max_idle_time`` are set in ``__init__``, with ``allowed_domains`` that
 its pushed URLs are outside of, and a ``next_requests`` of its own), ``compat_plain`` (a
-``CrawlSpider`` with ``start_urls``, as scrapy-redis's example ``dmoz``) and ``compat_bad`` (a
-``redis_key`` that is a list)."""
+``CrawlSpider`` with ``start_urls``, as scrapy-redis's example ``dmoz``), ``compat_bad`` (a
+``redis_key`` that is a list) and ``compat_bad_redis`` (the same on a ``RedisSpider``, whose own
+``setup_redis`` cannot expand it)."""
 
 from urllib.parse import urlsplit
 
@@ -52,3 +53,8 @@ class CompatPlainSpider(CrawlSpider):
 class CompatBadSpider(Spider):
     name = "compat_bad"
     redis_key = ["compat_bad:high", "compat_bad:low"]
+
+
+class CompatBadRedisSpider(RedisSpider):
+    name = "compat_bad_redis"
+    redis_key = ["compat_bad_redis:high", "compat_bad_redis:low"]
