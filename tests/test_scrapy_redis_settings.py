@@ -66,6 +66,12 @@ def test_redis_host_port_db_without_redis_url_are_the_crawls_redis(redis_url, re
     # REDIS_URL wins when both are set
     both = crawler_of(REDIS_URL="redis://127.0.0.1:6379/9", REDIS_HOST="elsewhere", REDIS_PORT="1")
     assert both.settings["REDIS_URL"] == "redis://127.0.0.1:6379/9"
+    # an empty REDIS_URL (REDIS_URL = os.environ.get("REDIS_URL", "") in settings.py) is no REDIS_URL
+    empty = crawler_of(
+        REDIS_URL="", REDIS_HOST=REDIS_HOST, REDIS_PORT=str(REDIS_PORT), SCHEDULER="scrapy_redis.scheduler.Scheduler"
+    )
+    assert empty.settings["REDIS_URL"] == f"redis://{REDIS_HOST}:{REDIS_PORT}/0"
+    assert empty.settings["SCHEDULER"] == "scrapy_frontier.scheduler.FrontierScheduler"
 
 
 def test_a_password_in_redis_params_is_used_and_never_logged(caplog):
