@@ -229,17 +229,25 @@ def _declared_cluster(settings: BaseSettings, url: str) -> bool | None:
         ) from None
 
 
-def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
-    """``(sentinels, master name, connection arguments)`` of a ``redis+sentinel://`` URL."""
-    parts = urlsplit(url)
-    hosts = parts.netloc.rsplit("@", 1)[-1]
-    sentinels = []
-    for item in hosts.split(","):
+def _hosts(url: str) -> list[tuple[str, str, str]]:
+    """``(item, host, port)`` of each comma-separated ``host:port`` of ``url``'s netloc (``[IPv6]:port``
+    too); the port is ``""`` when not given."""
+    out = []
+    for item in urlsplit(url).netloc.rsplit("@", 1)[-1].split(","):
         if item.startswith("["):  # [IPv6]:port
             host, _, port = item[1:].partition("]")
             port = port.lstrip(":")
         else:
             host, _, port = item.partition(":")
+        out.append((item, host, port))
+    return out
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any]]:
+    """``(sentinels, master name, connection arguments)`` of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    sentinels = []
+    for item, host, port in _hosts(url):
         try:
             sentinels.append((host, int(port or 26379)))
         except ValueError:
@@ -272,16 +280,10 @@ def _cluster_nodes(url: str) -> list[tuple[str, int]] | None:
     (``redis://[user:password@]host:port,host:port[/0]``): the nodes of a Redis Cluster to start
     from, each tried in turn. ``None`` for a URL with one host."""
     parts = urlsplit(url)
-    hosts = parts.netloc.rsplit("@", 1)[-1]
-    if parts.scheme not in ("redis", "rediss") or "," not in hosts:
+    if parts.scheme not in ("redis", "rediss") or "," not in parts.netloc.rsplit("@", 1)[-1]:
         return None
     nodes = []
-    for item in hosts.split(","):
-        if item.startswith("["):  # [IPv6]:port
-            host, _, port = item[1:].partition("]")
-            port = port.lstrip(":")
-        else:
-            host, _, port = item.partition(":")
+    for item, host, port in _hosts(url):
         if not host or not (port or "6379").isdigit():
             raise ConfigError(f"REDIS_URL {redact_url(url)} is malformed: cluster node {item!r} is not host:port")
         nodes.append((host, int(port or 6379)))

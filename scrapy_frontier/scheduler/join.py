@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: What adopting a scrapy-redis crawl may fail with: its own refusal, or Redis's failure.
+ADOPTION_FAILURES: tuple[type[BaseException], ...] = (adopt.AdoptionError, *REDIS_FAILURES)
+
 #: Entries each frontier shard's seen feed keeps, about (one per push call): a few seconds of a
 #: busy crawl. A worker that looks less often misses some, which costs it only dedup checks in Redis.
 SEEN_FEED_ENTRIES = 500
@@ -128,11 +131,8 @@ async def join(
         return None
     try:
         adoption = await adopt.prepare(client, keys, spider, crawler.settings, crawler.request_fingerprinter, node_id)
-    except adopt.AdoptionError as exc:
-        fail_at_open(crawler, "Cannot adopt the scrapy-redis crawl %r: %s", keys.crawl, exc)
-        return None
-    except REDIS_FAILURES as exc:
-        fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+    except ADOPTION_FAILURES as exc:
+        adoption_failed(crawler, url, keys, exc)
         return None
     try:
         claimed = await claim_dupefilter(client, keys, config.dedup, adoption.fingerprinter)
@@ -240,11 +240,8 @@ async def join(
     if adoption.locked:
         try:
             await adopt.move(client, keys, frontier, spider, adoption, node_id, crawler.settings, crawler.stats)
-        except adopt.AdoptionError as exc:
-            fail_at_open(crawler, "Cannot adopt the scrapy-redis crawl %r: %s", keys.crawl, exc)
-            return None
-        except REDIS_FAILURES as exc:
-            fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
+        except ADOPTION_FAILURES as exc:
+            adoption_failed(crawler, url, keys, exc)
             return None
     heartbeat = Heartbeat(
         sync_redis(crawler.settings),
@@ -292,6 +289,15 @@ async def old_format_leases(client: Any, keys: Keys) -> int:
     return sum(
         1 for fields in replies for f in fields if b"\t" not in f and f != LEASE_MARK and not f.startswith(START_PREFIX)
     )
+
+
+def adoption_failed(crawler: Crawler, url: str | None, keys: Keys, exc: BaseException) -> None:
+    """Report (at open) why a scrapy-redis crawl could not be adopted: the adoption's own reason,
+    or Redis's failure."""
+    if isinstance(exc, adopt.AdoptionError):
+        fail_at_open(crawler, "Cannot adopt the scrapy-redis crawl %r: %s", keys.crawl, exc)
+    else:
+        fail_at_open(crawler, "REDIS_URL %s: cannot use Redis (%s)", redact_url(url), describe_error(exc))
 
 
 async def shard_epochs_agree(crawler: Crawler, client: Any, keys: Keys, epoch: bytes) -> bool:
