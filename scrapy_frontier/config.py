@@ -140,7 +140,7 @@ def read_setting(crawler: Crawler, name: str) -> Any:
 #: Scrapy's numeric settings checked at start (:func:`check_scrapy_settings`), each with its kind
 #: and bounds (its default is Scrapy's). Each is read by Scrapy's own ``getint`` or ``getfloat``
 #: (scrapy/core/downloader, scrapy/core/scraper.py, scrapy/spidermiddlewares/depth.py,
-#: scrapy/downloadermiddlewares/{retry,redirect}.py, scrapy/extensions/closespider.py), which
+#: scrapy/downloadermiddlewares/{retry,redirect}.py, scrapy/extensions/{closespider,throttle}.py), which
 #: would end the crawl in a traceback; ``CONCURRENT_REQUESTS=0`` would leave no request slot and
 #: the crawl would hang, ``CONCURRENT_ITEMS=0`` would drop every item and link without a word, and
 #: a negative delay, depth or size would be taken silently.
@@ -162,6 +162,9 @@ SCRAPY_NUMERIC: tuple[Setting, ...] = (
     Setting("CLOSESPIDER_PAGECOUNT", None, int, minimum=0),
     Setting("CLOSESPIDER_PAGECOUNT_NO_ITEM", None, int, minimum=0),
     Setting("CLOSESPIDER_ERRORCOUNT", None, int, minimum=0),
+    Setting("AUTOTHROTTLE_START_DELAY", None, float, minimum=0),
+    Setting("AUTOTHROTTLE_MAX_DELAY", None, float, minimum=0),
+    Setting("AUTOTHROTTLE_TARGET_CONCURRENCY", None, float, above=0),
 )
 
 

@@ -322,6 +322,8 @@ def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start
         ("DOWNLOAD_DELAY", "-1", True),
         ("DEPTH_LIMIT", "-1", False),
         ("DOWNLOAD_MAXSIZE", "-1", False),
+        ("AUTOTHROTTLE_TARGET_CONCURRENCY", "0", True),
+        ("AUTOTHROTTLE_MAX_DELAY", "soon", False),
     ],
 )
 def test_bad_scrapy_settings_stop_the_crawl_with_one_line(name, value, distributed, start_worker, redis_url):
