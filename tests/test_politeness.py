@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scrapy_frontier.downloadermiddlewares.robotstxt import RetrySchedule, cached_verdict
 from tests.conftest import ROOT
 from tests.loopback import free_port, wait_port
 
@@ -223,3 +224,33 @@ def test_robots_txt_503_holds_the_host_until_it_answers_and_404_allows_all(
     assert sum(w.stat("robotstxt/unreachable") for w in workers) == 1
     assert sum(w.stat("robotstxt/reachable_again") for w in workers) == 1
     assert sum(w.output.count("robots.txt of 127.0.0.18") for w in workers) == 2  # one line each way
+
+
+def test_an_unreachable_robots_txt_is_tried_again_less_and_less_often_then_counts_as_absent():
+    """RFC 9309, 2.3.1.4: complete disallow while unreachable, tried again on a doubling schedule up
+    to a cap (a longer Retry-After is obeyed up to the cap); after 30 days, no rules."""
+    schedule = RetrySchedule(first=60, longest=3600, limit=30 * 86_400, ttl=86_400)
+    state: dict[bytes, bytes] = {}
+    now, waits = 1_000_000.0, []
+    for _ in range(9):
+        fields, ttl = schedule.failed(state, 503, now)
+        assert ttl >= 31 * 86_400 and cached_verdict(enc(fields), now + 1) == ("held", fields["retry_at"])
+        waits.append(fields["retry_at"] - now)
+        now = fields["retry_at"]
+        assert cached_verdict(enc(fields), now) == ("due", 0.0)
+        state = enc(fields)
+    assert waits == [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]
+    assert schedule.failed({}, 0, now, retry_after=600)[0]["retry_at"] == now + 600
+    assert schedule.failed({}, 0, now, retry_after=99_999)[0]["retry_at"] == now + 3600
+    since = float(state[b"since"])
+    fields, _ = schedule.failed(state, 500, since + 30 * 86_400)
+    assert fields["given_up"] == 1 and fields["body"] == b""  # no rules, fetched again after a day
+    assert cached_verdict(enc(fields), since + 30 * 86_400 + 10) == ("rules", 0.0)
+    assert cached_verdict(enc(fields), since + 31 * 86_400) == ("due", 0.0)
+    assert schedule.failed(enc(fields), 500, since + 31 * 86_400)[0]["given_up"] == 1  # still unreachable
+    assert cached_verdict({b"status": b"200", b"body": b"User-agent: *"}, now) == ("rules", 0.0)
+
+
+def enc(fields: dict) -> dict[bytes, bytes]:
+    """``fields`` as Redis gives them back."""
+    return {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}
