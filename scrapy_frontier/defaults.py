@@ -395,6 +395,29 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
         ),
         Setting("ROBOTSTXT_CACHE_TTL", 86_400, int, minimum=1, doc="seconds a robots.txt stays in the shared cache"),
         Setting(
+            "ROBOTSTXT_RETRY_DELAY",
+            60.0,
+            float,
+            above=0,
+            doc="seconds before a robots.txt that could not be fetched (5xx, network error) is tried again, "
+            "doubling with each failure; the host's pages wait meanwhile",
+        ),
+        Setting(
+            "ROBOTSTXT_RETRY_DELAY_MAX",
+            3600.0,
+            float,
+            above=0,
+            doc="the longest wait between two tries of a robots.txt that could not be fetched (seconds)",
+        ),
+        Setting(
+            "ROBOTSTXT_UNREACHABLE_LIMIT",
+            2_592_000,
+            int,
+            minimum=0,
+            doc="seconds (30 days) after which a robots.txt still not fetched counts as absent: no rules "
+            "(RFC 9309, 2.3.1.4)",
+        ),
+        Setting(
             "RETRY_BACKOFF_BASE",
             1.0,
             float,

@@ -405,7 +405,8 @@ class Keys:
           on by ``1 / rate`` for each send. A field apart from ``next``: a request is leased
           some time before it is sent, and one field booked by both would count every request
           twice and halve the rate.
-        - ``pause_until`` (Unix ms): from a ``Retry-After``; nothing is leased or sent before.
+        - ``pause_until`` (Unix ms): from a ``Retry-After``, or until the host's robots.txt, which
+          could not be fetched, is tried again; nothing is leased or sent before.
         - ``factor`` (0-1, absent = 1): slow-down factor the rate is multiplied by; a 429 or 503
           halves it (down to ``POLITENESS_MIN_FACTOR``), each later success adds
           ``POLITENESS_RECOVERY_STEP``.
@@ -432,7 +433,9 @@ class Keys:
         return f"{self.crawl}:politeness:@events"
 
     def robots(self, netloc: str) -> str:
-        """The cached robots.txt of a host: hash of ``status`` and ``body``, with a TTL."""
+        """The cached robots.txt of a host: hash of ``status`` and ``body``, with a TTL; while it
+        cannot be fetched also ``since``, ``tries``, ``retry_at`` and ``given_up``
+        (:class:`~scrapy_frontier.downloadermiddlewares.robotstxt.RetrySchedule`)."""
         return f"{self.crawl}:robots:{netloc}"
 
     @property

@@ -17,7 +17,8 @@ A host's rate, in requests/second: its entry in ``<spider>:rates`` (live, ``HSET
 ``factor``, which a 429 or 503 halves (down to ``POLITENESS_MIN_FACTOR``) and each later success
 raises by ``POLITENESS_RECOVERY_STEP`` back to 1 (a host with no rate that is slowed down
 starts from ``POLITENESS_BASE_RATE``). A ``Retry-After`` (RFC 9110, section 10.2.3)
-pauses the host for every worker until the time given.
+pauses the host for every worker until the time given; so does a robots.txt that cannot be
+fetched (RFC 9309, section 2.3.1.4), until it is tried again (:meth:`Politeness.pause`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Politeness:
         self._reserve = redis.register_script(source("politeness_reserve"))
         self._slow_down = redis.register_script(source("politeness_slow_down"))
         self._recover = redis.register_script(source("politeness_recover"))
+        self._pause = redis.register_script(source("politeness_pause"))
 
     def _state(self, host: str) -> str:
         return self.keys.shard_of(host).politeness_prefix + host
@@ -84,6 +86,14 @@ class Politeness:
             ],
         )
         return float(factor)
+
+    async def pause(self, host: str, seconds: float) -> None:
+        """Send ``host`` nothing, from any worker, for ``seconds`` (the frontier gives none of its
+        requests; a later pause already recorded stays), its rate untouched."""
+        sh = self.keys.shard_of(host)
+        await self._pause(
+            keys=[self._state(host), sh.limited], args=[host, int(seconds * 1000), self.keys.politeness_events]
+        )
 
     async def recover(self, host: str) -> float:
         """Raise ``host``'s factor by ``recovery_step`` (up to 1). Returns the new factor."""

@@ -16,6 +16,9 @@
   ``http://127.0.0.7:<PORT>/there/<n>``, another host (nothing answers there).
 - ``/ports``: links to ``/pp`` with the server's port written out and without it (on port 80
   or 443 the same page).
+- ``/goto/<host:port>/<path>``: 302 to ``http://<host:port>/<path>`` (another server).
+- ``/robots.txt``: ROBOTS_TXT (env) with 200, or 404 without it; while the file
+  ``<LOG>.robots-status`` exists, the status written in it (and no body).
 - anything else: a small HTML page.
 Every request is appended to LOG as ``<unix time> <path>``.
 """
@@ -51,6 +54,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/fixed/") and not Path(f"{LOG}.fixed").exists():
             return self._send(500, b"not yet")
         if self.path == "/robots.txt":
+            status_file = Path(f"{LOG}.robots-status")
+            if status_file.exists():
+                return self._send(int(status_file.read_text()), b"")
             robots = os.environ.get("ROBOTS_TXT")
             return self._send(200, robots.encode(), {"Content-Type": "text/plain"}) if robots else self._send(404, b"")
         if self.path == "/sbn/":
@@ -61,6 +67,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": "/profile", "Set-Cookie": "s=1; Path=/"})
         if self.path.startswith(("/huge/", "/huge-unsized/")):
             return self._huge(int(self.path.split("/")[2]), sized=self.path.startswith("/huge/"))
+        if self.path.startswith("/goto/"):
+            return self._send(302, b"", {"Location": "http://" + self.path.removeprefix("/goto/")})
         if self.path == "/loop":
             return self._send(302, b"", {"Location": "/loop"})
         if self.path == "/offsite":

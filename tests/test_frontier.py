@@ -380,6 +380,27 @@ def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
     assert c_state == 0
 
 
+def test_a_host_paused_for_its_robots_txt_keeps_its_requests_and_its_rate(redis_url):
+    """A host whose robots.txt is unreachable is paused (RFC 9309, 2.3.1.4): the lease gives none of
+    its requests, they stay queued (the crawl is not idle), its rate is untouched, and a shorter
+    pause does not end a longer one."""
+    from scrapy_frontier.politeness import Politeness
+
+    async def go(f, r):
+        await f.push([entry(f"a{i}", host="a") for i in range(2)] + [entry("b0", host="b")])
+        politeness = Politeness(r, KEYS)
+        await politeness.pause("a", 30)
+        await politeness.pause("a", 1)
+        taken = payloads(await f.lease(10))
+        state = await r.hgetall(KEYS.politeness_prefix + "a")
+        return taken, state, await f.status(deep=True)
+
+    taken, state, status = run(with_frontier(redis_url, go))
+    assert taken == [b'{"url":"b0"}']
+    assert int(state.pop(b"pause_until")) > time.time() * 1000 + 25_000 and state == {}
+    assert status.depth == 2 and not status.idle
+
+
 def test_acknowledgements_of_many_hosts_count_only_the_leases_still_held(redis_url):
     """Acknowledgements of several hosts in one call lower each host's in-flight count by the
     leases still in the lease hash: one given back meanwhile (here by another frontier object

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from scrapy_frontier.downloadermiddlewares.robotstxt import RetrySchedule, cached_verdict
 from tests.conftest import ROOT
 from tests.loopback import free_port, wait_port
 
@@ -34,7 +35,7 @@ class RecordingServer:
 
     def times(self, prefix: str = "/") -> list[float]:
         out = []
-        for line in self.log.read_text().splitlines():
+        for line in (self.log.read_text() if self.log.exists() else "").splitlines():
             t, path = line.split(" ", 1)
             if path.startswith(prefix):
                 out.append(float(t))
@@ -185,3 +186,71 @@ def test_concurrency_cap_holds_across_workers(recording_server, start_workers, r
     assert server.most_at_once() == 2
     assert redis_client.hget("site:politeness:@inflight", "127.0.0.15") is None  # every lease counted back
     assert not redis_client.exists("site:politeness:127.0.0.15")  # a host without a rate has no politeness hash
+
+
+def test_robots_txt_503_holds_the_host_until_it_answers_and_404_allows_all(
+    recording_server, start_workers, redis_url, redis_client
+):
+    """RFC 9309: a 5xx robots.txt (section 2.3.1.4) means no page of the host, for every worker,
+    until it answers, retried on a schedule; a 4xx (2.3.1.3) means no rules. The held host is
+    reached by a redirect from a start URL (its robots.txt is fetched all the same)."""
+    held = recording_server("127.0.0.18", pages=8, robots="User-agent: *\nDisallow: /private\n")
+    status = Path(f"{held.log}.robots-status")
+    status.write_text("503")
+    open_site = recording_server("127.0.0.17", pages=4)  # no robots.txt: 404
+    settings = {**FAST, "ROBOTSTXT_OBEY": "True", "ROBOTSTXT_RETRY_DELAY": "0.5", "ROBOTSTXT_RETRY_DELAY_MAX": "1"}
+    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
+    redis_client.lpush(
+        "site:start_urls", f"{open_site.url}/goto/127.0.0.18:{held.port}/site/0", f"{open_site.url}/site/0"
+    )
+    deadline = time.monotonic() + 30
+    while len(held.times("/robots.txt")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    answered_at = time.time()
+    status.unlink()
+    for w in workers:
+        assert w.wait(60) == 0, w.output[-3000:]
+    tries = held.times("/robots.txt")
+    pages = held.times("/site/")
+    print(
+        f"FIGURES robots.txt 503: {len([t for t in tries if t < answered_at])} tries before it answered 200, "
+        f"{len(pages)} pages fetched, the first {pages[0] - answered_at:.2f}s after"
+    )
+    assert len([t for t in tries if t < answered_at]) >= 3
+    assert pages and min(pages) > answered_at  # not one page while robots.txt answered 503
+    assert sorted(held.log.read_text().count(f" /site/{n}\n") for n in range(8)) == [1] * 8
+    assert held.times("/private") == []
+    assert len(open_site.times("/site/")) == 4 and open_site.times("/private") == []
+    assert sum(w.stat("robotstxt/unreachable") for w in workers) == 1
+    assert sum(w.stat("robotstxt/reachable_again") for w in workers) == 1
+    assert sum(w.output.count("robots.txt of 127.0.0.18") for w in workers) == 2  # one line each way
+
+
+def test_an_unreachable_robots_txt_is_tried_again_less_and_less_often_then_counts_as_absent():
+    """RFC 9309, 2.3.1.4: complete disallow while unreachable, tried again on a doubling schedule up
+    to a cap (a longer Retry-After is obeyed up to the cap); after 30 days, no rules."""
+    schedule = RetrySchedule(first=60, longest=3600, limit=30 * 86_400, ttl=86_400)
+    state: dict[bytes, bytes] = {}
+    now, waits = 1_000_000.0, []
+    for _ in range(9):
+        fields, ttl = schedule.failed(state, 503, now)
+        assert ttl >= 31 * 86_400 and cached_verdict(enc(fields), now + 1) == ("held", fields["retry_at"])
+        waits.append(fields["retry_at"] - now)
+        now = fields["retry_at"]
+        assert cached_verdict(enc(fields), now) == ("due", 0.0)
+        state = enc(fields)
+    assert waits == [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]
+    assert schedule.failed({}, 0, now, retry_after=600)[0]["retry_at"] == now + 600
+    assert schedule.failed({}, 0, now, retry_after=99_999)[0]["retry_at"] == now + 3600
+    since = float(state[b"since"])
+    fields, _ = schedule.failed(state, 500, since + 30 * 86_400)
+    assert fields["given_up"] == 1 and fields["body"] == b""  # no rules, fetched again after a day
+    assert cached_verdict(enc(fields), since + 30 * 86_400 + 10) == ("rules", 0.0)
+    assert cached_verdict(enc(fields), since + 31 * 86_400) == ("due", 0.0)
+    assert schedule.failed(enc(fields), 500, since + 31 * 86_400)[0]["given_up"] == 1  # still unreachable
+    assert cached_verdict({b"status": b"200", b"body": b"User-agent: *"}, now) == ("rules", 0.0)
+
+
+def enc(fields: dict) -> dict[bytes, bytes]:
+    """``fields`` as Redis gives them back."""
+    return {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}

@@ -16,6 +16,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_frontier.config import fail_at_open, read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
+from scrapy_frontier.downloadermiddlewares.robotstxt import ROBOTSTXT_META
 from scrapy_frontier.keys import keys_of, queue_host
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.signals import host_limited
@@ -119,8 +120,8 @@ class SharedPolitenessMiddleware:
     async def process_response(self, request: Request, response: Response) -> Any:
         host = queue_host(urlparse_cached(request).hostname)
         politeness = self.politeness
-        if politeness is None:
-            return response
+        if politeness is None or request.meta.get(ROBOTSTXT_META):
+            return response  # a robots.txt that fails pauses its host on a schedule of its own
         try:
             if response.status in (429, 503):
                 pause = parse_retry_after(response.headers.get(b"Retry-After"))
