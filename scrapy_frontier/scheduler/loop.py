@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections import deque
@@ -62,6 +63,20 @@ def _payload_request(payload: str | bytes) -> str:
         return f"<{data.get('method', 'GET')} {data['url']}>"
     except (ValueError, TypeError, KeyError):
         return repr(payload[:200])
+
+
+#: The error codes Redis starts an error reply with (a script's or a pipeline's error quotes them).
+_REDIS_ERROR_CODE = re.compile(
+    r"(?<![A-Za-z])(WRONGTYPE|NOSCRIPT|BUSY|READONLY|NOPERM|CROSSSLOT|CLUSTERDOWN|TRYAGAIN|LOADING|MASTERDOWN|"
+    r"NOREPLICAS|EXECABORT|OOM|ERR)(?![A-Za-z])"
+)
+
+
+def redis_error_code(text: str) -> str | None:
+    """The Redis error code in an error's text (``WRONGTYPE``, ``ERR``...), or ``None``: the same
+    refusal reads differently from a pipeline, a script or a plain command."""
+    match = _REDIS_ERROR_CODE.search(text)
+    return match.group(1) if match else None
 
 
 class FrontierLoop:
@@ -226,8 +241,9 @@ class FrontierLoop:
                 if not self.health.failed(exc):
                     self.stats.inc_value("frontier/task_errors")
                     text = describe_error(exc)
-                    if text != self._last_task_error:  # once while the same error repeats
-                        self._last_task_error = text
+                    kind = redis_error_code(text) or text
+                    if kind != self._last_task_error:  # once while the same error repeats
+                        self._last_task_error = kind
                         if isinstance(exc, redis.exceptions.ResponseError):
                             # a key of the crawl changed type under it (WRONGTYPE), say: Redis's words are the message
                             logger.error(
