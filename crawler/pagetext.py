@@ -88,6 +88,7 @@ _IS_DOCUMENTATION = etree.XPath(
 )
 _GENERATORS_PATTERN = "^(" + "|".join(re.escape(g) for g in DOC_GENERATORS) + ")"
 _MAIN_CANDIDATES = etree.XPath("//main | //*[@role='main']")
+_CANONICAL = etree.XPath("/html/head/link[translate(@rel, 'CANONICAL', 'canonical') = 'canonical']/@href")
 
 #: Which rule makes a page's text: ``"trafilatura"`` (documentation pages by :func:`page_text`,
 #: every other page by :func:`article_text`) or ``"rule"`` (:func:`page_text` for every page).
@@ -281,7 +282,9 @@ def extract(root: HtmlElement, url: str, extractor: str = "trafilatura") -> Page
     if extractor != "trafilatura":
         raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, not {extractor!r}")
     found = PageText(*page_text(root), *head_metadata(root)) if is_documentation(root) else article_text(root)
-    if found.canonical_url and not found.canonical_url.startswith(("http:", "https:")):
-        canonical = safe_url_string(urljoin(url, found.canonical_url))
-        found = found._replace(canonical_url=canonical if _is_url(canonical) else None)
+    if found.canonical_url is None or not _is_url(found.canonical_url):
+        # trafilatura leaves out a relative <link rel="canonical"> (RFC 6596 allows one)
+        declared = found.canonical_url or next(iter(_CANONICAL(root)), None)
+        canonical = safe_url_string(urljoin(url, declared.strip())) if declared else None
+        found = found._replace(canonical_url=canonical if canonical and _is_url(canonical) else None)
     return found
