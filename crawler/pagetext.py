@@ -256,13 +256,14 @@ def head_metadata(root: HtmlElement) -> tuple[str | None, str | None, str | None
 
 #: The longest canonical URL kept (the ``pages`` column's size); a longer one is left out.
 MAX_URL_LENGTH = 2048
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def _declared(author: str | None, date: str | None, url: str | None) -> tuple[str | None, str | None, str | None]:
     canonical = safe_url_string(url) if url else None
     if canonical is not None and len(canonical) > MAX_URL_LENGTH:
         canonical = None
-    return author or None, date or None, canonical
+    return author or None, date if date and _DATE.fullmatch(date) else None, canonical
 
 
 def _is_url(url: str) -> bool:
