@@ -43,7 +43,8 @@ and the script prints, per extractor, the CPU it took and how good the result is
 
 Extractors: ``plain XPath`` (every text node of the main content, headings from the whole page's
 ``//h1 | //h2 | //h3``: the simplest extractor, to compare), ``this project``
-(:func:`crawler.pagetext.page_text`), trafilatura (``bare_extraction`` of the parsed tree, its
+(:func:`crawler.pagetext.extract`: on these documentation pages, the rule of
+:func:`~crawler.pagetext.page_text`), trafilatura (``bare_extraction`` of the parsed tree, its
 ``head`` elements as headings), readability-lxml (``Document.summary``, made text and headings
 by ``page_text``'s rule), jusText (the site language's stop list; the language-independent
 settings for Japanese and Chinese, which it has no list for), html-text (``extract_text`` of the
