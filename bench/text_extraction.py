@@ -1,6 +1,22 @@
-"""Page text: the ``site`` spider's extractor against well-kept libraries, on Debian's doc sites.
+"""Page text: the ``site`` spider's extractor against well-kept libraries, on a folder of article
+pages with ground truth and on Debian's doc sites.
 
-For every page of each site below (the HTML files reachable from its start page, read from
+**Articles** (``FOLDER``, the layout of Scrapinghub/Zyte's article-extraction benchmark:
+``html/<id>.html.gz``, ``ground-truth.json`` ``{id: {"articleBody", "url"}}`` and the benchmark's
+own ``evaluate.py``): each candidate makes the text of every page from a Scrapy ``HtmlResponse``
+(the encoding read from the page's ``<meta>``, as the spider reads it), and the benchmark's
+``evaluate`` scores it: precision, recall and F1 over word shingles (4-grams), means over the
+pages, with its bootstrap error of F1. ms/page is CPU time from a parsed tree, the least of
+``--repeat`` runs (readability-lxml and Resiliparse parse the page themselves: their parse is
+in). Candidates: ``this project`` (:func:`crawler.pagetext.extract`, what the spider stores),
+the project's rule alone (:func:`crawler.pagetext.page_text`), trafilatura (default,
+``favor_precision``, ``favor_recall``; never comments), readability-lxml (``Document.summary``,
+made text by the rule), Resiliparse (``extract_plain_text``, ``main_content=True``) and html-text
+(the whole page: the floor). ``--crawl`` also serves the pages on loopback, crawls them with
+``scrapy crawl site`` (the project's settings, SQLite) and scores the ``text`` it stored: the
+figure a user gets.
+
+**Doc sites**: for every page of each site below (the HTML files reachable from its start page, read from
 disk: no HTTP), each extractor makes a page's ``text`` and ``headings`` from a Scrapy
 ``HtmlResponse`` whose tree is already parsed (the spider's link extraction parses it anyway),
 and the script prints, per extractor, the CPU it took and how good the result is:
@@ -27,7 +43,8 @@ and the script prints, per extractor, the CPU it took and how good the result is
 
 Extractors: ``plain XPath`` (every text node of the main content, headings from the whole page's
 ``//h1 | //h2 | //h3``: the simplest extractor, to compare), ``this project``
-(:func:`crawler.pagetext.page_text`), trafilatura (``bare_extraction`` of the parsed tree, its
+(:func:`crawler.pagetext.extract`: on these documentation pages, the rule of
+:func:`~crawler.pagetext.page_text`), trafilatura (``bare_extraction`` of the parsed tree, its
 ``head`` elements as headings), readability-lxml (``Document.summary``, made text and headings
 by ``page_text``'s rule), jusText (the site language's stop list; the language-independent
 settings for Japanese and Chinese, which it has no list for), html-text (``extract_text`` of the
@@ -38,18 +55,25 @@ run with each other):
     pip install -U pip && pip install -r requirements-bench-text.txt
     apt-get install python3.11-doc aptitude-doc-ja aptitude-doc-ru debian-reference-ja \\
         debian-reference-zh-cn developers-reference-ja developers-reference-ru
-    python -m bench.text_extraction [--repeat 3] [--only "this project" "plain XPath"] [--sites NAME ...] [--json FILE]
+    python -m bench.text_extraction [FOLDER] [--crawl] [--repeat 3] [--only "this project" "plain XPath"] \\
+        [--sites NAME ...] [--json FILE]
 
-A site whose package is not installed is skipped with a line naming it.
+``--sites`` without a name skips the doc sites. A site whose package is not installed is skipped
+with a line naming it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
+import importlib.util
 import json
 import re
+import sqlite3
+import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -62,12 +86,14 @@ from scrapy import Request
 from scrapy.http import HtmlResponse
 
 from crawler.items import Page
-from crawler.pagetext import BLOCK_TAGS, main_content, page_text
+from crawler.pagetext import BLOCK_TAGS, extract, main_content, page_text
 from crawler.spiders.site import SiteSpider
 from tests.oracle import reachable_pages
+from tests.servers import HttpServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -146,7 +172,7 @@ class PlainXPathSpider(SiteSpider):
     """The ``site`` spider with the plain XPath extractor."""
 
     @staticmethod
-    def page(response, links):
+    def page(response, links, extractor="trafilatura"):
         text, headings = plain_xpath(response)
         latency = response.meta.get("download_latency")
         request = response.request
@@ -173,7 +199,8 @@ class PlainXPathSpider(SiteSpider):
 
 
 def this_project(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
-    return page_text(response.selector.root)
+    found = extract(response.selector.root, response.url)
+    return found.text, found.headings
 
 
 def trafilatura_extractor(response: HtmlResponse) -> tuple[str, list[list[Any]]]:
@@ -305,6 +332,164 @@ def bad_spaces(text: str, pieces: set[str]) -> int:
     return count
 
 
+# --- articles with ground truth -----------------------------------------------------------------
+
+
+def load_evaluate(folder: Path) -> ModuleType:
+    """The benchmark's own ``evaluate.py`` of ``folder``, imported as a module."""
+    spec = importlib.util.spec_from_file_location("article_benchmark_evaluate", folder / "evaluate.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ground_truth(folder: Path) -> dict[str, dict[str, str]]:
+    """``{id: {"articleBody": text, "url": url}}`` of ``folder/ground-truth.json``."""
+    return json.loads((folder / "ground-truth.json").read_text(encoding="utf-8"))
+
+
+def article_html(folder: Path, page_id: str) -> bytes:
+    return gzip.decompress((folder / "html" / f"{page_id}.html.gz").read_bytes())
+
+
+def score(folder: Path, texts: dict[str, str], n_bootstrap: int = 200, ids: list[str] | None = None) -> dict[str, Any]:
+    """The benchmark's scores of ``texts`` (``{id: text}``; a page missing counts as empty) on
+    the pages ``ids`` (default: all of the ground truth): ``evaluate.evaluate``'s ``precision``,
+    ``recall``, ``f1`` and their ``*_std``, plus ``f1_pages`` (each page's F1) and
+    ``empty`` (the pages without text)."""
+    evaluate = load_evaluate(folder)
+    truth = ground_truth(folder)
+    if ids is not None:
+        truth = {i: truth[i] for i in ids}
+    prediction = {i: {"articleBody": texts.get(i, "")} for i in truth}
+    metrics = evaluate.evaluate(truth, prediction, n_bootstrap)
+    pages = {}
+    for i, (tp, fp, fn) in zip(truth, metrics.pop("tp_fp_fns")):
+        p, r = evaluate.precision_score(tp, fp, fn), evaluate.recall_score(tp, fp, fn)
+        pages[i] = 2 * p * r / (p + r) if p + r else 0.0
+    metrics["f1_pages"] = pages
+    metrics["empty"] = sum(not prediction[i]["articleBody"].strip() for i in truth)
+    return metrics
+
+
+def trafilatura_text(response: HtmlResponse, **options: Any) -> str:
+    import trafilatura
+
+    doc = trafilatura.bare_extraction(response.selector.root, include_comments=False, **options)
+    return doc.text or "" if doc is not None else ""
+
+
+def resiliparse_text(response: HtmlResponse) -> str:
+    from resiliparse.extract.html2text import extract_plain_text
+    from resiliparse.parse.html import HTMLTree
+
+    return extract_plain_text(HTMLTree.parse(response.text), main_content=True)
+
+
+def html_text_page(response: HtmlResponse) -> str:
+    import html_text
+
+    return html_text.extract_text(response.selector.root, guess_layout=False)
+
+
+ARTICLE_EXTRACTORS: dict[str, Callable[[HtmlResponse], str]] = {
+    "this project": lambda r: extract(r.selector.root, r.url).text,
+    "the project's rule (PAGE_TEXT_EXTRACTOR=rule)": lambda r: page_text(r.selector.root)[0],
+    "trafilatura, favor_precision": lambda r: trafilatura_text(r, favor_precision=True),
+    "trafilatura": trafilatura_text,
+    "trafilatura, favor_recall": lambda r: trafilatura_text(r, favor_recall=True),
+    "readability-lxml": lambda r: readability_extractor(r)[0],
+    "Resiliparse, main_content": resiliparse_text,
+    "html-text (the whole page)": html_text_page,
+}
+
+
+def measure_articles(folder: Path, repeat: int, n_bootstrap: int) -> dict[str, Any]:
+    """Every candidate of :data:`ARTICLE_EXTRACTORS` on ``folder``'s pages: the benchmark's
+    scores, CPU ms/page, and the spider's callback ms/page (:func:`spiders`)."""
+    truth = ground_truth(folder)
+    responses = {i: HtmlResponse(page["url"], body=article_html(folder, i)) for i, page in truth.items()}
+    results: dict[str, Any] = {"pages": len(responses), "extractors": {}}
+    for label, spider in spiders().items():
+        ms = sum(cpu_ms(lambda r=r, s=spider: list(s.parse(_fresh(r))), repeat) for r in responses.values())
+        results[label + " ms/page"] = ms / len(responses)
+    for name, extractor in ARTICLE_EXTRACTORS.items():
+        texts: dict[str, str] = {}
+        ms = 0.0
+        for i, response in responses.items():
+            response.selector  # noqa: B018 (parsed once, as the spider's link extraction does)
+            ms += cpu_ms(lambda r=response, i=i, t=texts, x=extractor: t.__setitem__(i, x(r)), repeat)
+        metrics = score(folder, texts, n_bootstrap)
+        metrics.pop("f1_pages")
+        results["extractors"][name] = {**metrics, "ms_per_page": ms / len(responses)}
+        print(f"  {name}: F1 {metrics['f1']:.3f}", file=sys.stderr)
+    return results
+
+
+def serve_articles(folder: Path, root: Path, ids: list[str] | None = None) -> dict[str, str]:
+    """Write the pages ``ids`` (default: all) of ``folder`` into ``root`` as ``<id>.html`` (as
+    fetched: no charset but the page's own ``<meta>``), with an ``index.html`` linking to each;
+    returns ``{path: id}``."""
+    ids = ids if ids is not None else list(ground_truth(folder))
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for i in ids:
+        (root / f"{i}.html").write_bytes(article_html(folder, i))
+        paths[f"{i}.html"] = i
+    links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in paths)
+    (root / "index.html").write_text(f"<!doctype html><html><body><ul>{links}</ul></body></html>")
+    return paths
+
+
+def crawl_articles(folder: Path, n_bootstrap: int) -> dict[str, Any]:
+    """``scrapy crawl site`` (a real process, the project's settings, SQLite) on ``folder``'s
+    pages served on loopback, and the benchmark's scores of the ``text`` it stored, with the
+    crawl's pages/s (responses over the crawl's ``elapsed_time_seconds``; ``DEPTH_LIMIT=1``: the
+    index and its pages, not the 404s of the links the pages hold to their own sites)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        paths = serve_articles(folder, work / "site")
+        server = HttpServer(work / "site", "127.0.0.17")
+        try:
+            db = work / "crawl.sqlite3"
+            run = subprocess.run(
+                [sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"url={server.url}index.html"]
+                + ["-s", f"SQLITE_PATH={db}", "-s", f"DEAD_LETTER_DIR={work}", "-s", "AUTOTHROTTLE_ENABLED=False"]
+                + ["-s", "TELNETCONSOLE_ENABLED=False", "-s", "LOG_LEVEL=INFO", "-s", "DEPTH_LIMIT=1"],
+                cwd=Path(__file__).resolve().parent.parent,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        finally:
+            server.stop()
+        if run.returncode != 0:
+            raise SystemExit(f"scrapy crawl site failed ({run.returncode}):\n{run.stderr[-3000:]}")
+        texts = {
+            paths[url.removeprefix(server.url)]: text
+            for url, text in sqlite3.connect(db).execute("SELECT url, text FROM pages")
+            if url.removeprefix(server.url) in paths
+        }
+    elapsed = re.search(r"'elapsed_time_seconds': ([\d.]+)", run.stderr)
+    responses = re.search(r"'response_received_count': (\d+)", run.stderr)
+    metrics = score(folder, texts, n_bootstrap)
+    metrics["stored"] = len(texts)
+    metrics["pages_per_s"] = int(responses.group(1)) / float(elapsed.group(1)) if elapsed and responses else None
+    metrics["worst"] = sorted(metrics.pop("f1_pages").items(), key=lambda kv: kv[1])[:5]
+    return metrics
+
+
+def article_table(rows: dict[str, dict[str, Any]]) -> str:
+    lines = ["| extractor | precision | recall | F1 | ms/page |", "|---|---|---|---|---|"]
+    for name, m in rows.items():
+        lines.append(
+            f"| {name} | {m['precision']:.3f} | {m['recall']:.3f} | {m['f1']:.3f} ± {m['f1_std']:.3f}"
+            f" | {m['ms_per_page']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 # --- the run --------------------------------------------------------------------------------------
 
 
@@ -325,14 +510,23 @@ def cpu_ms(function: Callable[[], Any], repeat: int) -> float:
     return best * 1000
 
 
+def spiders() -> dict[str, SiteSpider]:
+    """The spider's callback as timed: with the plain XPath extractor, with
+    ``PAGE_TEXT_EXTRACTOR=rule`` and with the default (trafilatura for ordinary pages)."""
+    rule = SiteSpider(url="http://127.0.0.2/")
+    rule.extractor = "rule"
+    return {
+        "spider, plain XPath": PlainXPathSpider(url="http://127.0.0.2/"),
+        "spider, rule": rule,
+        "spider": SiteSpider(url="http://127.0.0.2/"),
+    }
+
+
 def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
     results: dict[str, Any] = {"sites": {}, "extractors": {}}
     totals = {name: Counter() for name in names}
-    spider_totals = {label: Counter() for label in ("parse", "spider, plain XPath", "spider")}
-    spiders = {
-        "spider, plain XPath": PlainXPathSpider(url="http://127.0.0.2/"),
-        "spider": SiteSpider(url="http://127.0.0.2/"),
-    }
+    callbacks = spiders()
+    spider_totals = {label: Counter() for label in ("parse", *callbacks)}
     for site in sites:
         responses = load(site)
         site_result: dict[str, Any] = {
@@ -345,7 +539,7 @@ def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
         site_spider = {label: 0.0 for label in spider_totals}
         for response in responses:
             site_spider["parse"] += cpu_ms(lambda r=response: _fresh(r).selector, repeat)
-            for label, spider in spiders.items():
+            for label, spider in callbacks.items():
                 site_spider[label] += cpu_ms(lambda r=response, s=spider: list(s.parse(_fresh(r))), repeat)
             response.selector  # noqa: B018 (parsed once, as the spider's link extraction does)
             ref = reference(response)
@@ -388,7 +582,10 @@ def measure(sites: list[Site], names: list[str], repeat: int) -> dict[str, Any]:
 def _fresh(response: HtmlResponse) -> HtmlResponse:
     """A response as the spider gets it: not parsed yet (the callback parses it)."""
     return HtmlResponse(
-        response.url, body=response.body, encoding="utf-8", request=Request(response.url, meta={"depth": 1})
+        response.url,
+        body=response.body,
+        encoding=response.encoding,
+        request=Request(response.url, meta={"depth": 1}),
     )
 
 
@@ -424,13 +621,41 @@ def table(rows: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        help="pages with ground truth (html/<id>.html.gz, ground-truth.json, evaluate.py)",
+    )
+    parser.add_argument("--crawl", action="store_true", help="also score what `scrapy crawl site` stores from FOLDER")
+    parser.add_argument("--bootstrap", type=int, default=200, help="evaluate.py's bootstrap samples")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each page; the least CPU time counts")
     parser.add_argument("--only", nargs="+", choices=list(EXTRACTORS), default=list(EXTRACTORS))
     parser.add_argument(
-        "--sites", nargs="+", choices=[site.name for site in SITES], default=[site.name for site in SITES]
+        "--sites", nargs="*", choices=[site.name for site in SITES], default=[site.name for site in SITES]
     )
     parser.add_argument("--json", type=Path, default=OUT / "text_extraction.json")
     args = parser.parse_args()
+    results: dict[str, Any] = {}
+    if args.folder:
+        articles = measure_articles(args.folder, args.repeat, args.bootstrap)
+        print(
+            f"Articles: {args.folder}, {articles['pages']} pages (the spider's whole callback:"
+            f" {articles['spider ms/page']:.2f} ms/page; with PAGE_TEXT_EXTRACTOR=rule"
+            f" {articles['spider, rule ms/page']:.2f}; with the plain XPath extractor"
+            f" {articles['spider, plain XPath ms/page']:.2f})\n"
+        )
+        print(article_table(articles["extractors"]))
+        if args.crawl:
+            crawled = crawl_articles(args.folder, args.bootstrap)
+            articles["crawl"] = crawled
+            print(
+                f"\nscrapy crawl site, {crawled['stored']} pages stored: precision {crawled['precision']:.3f}, recall"
+                f" {crawled['recall']:.3f}, F1 {crawled['f1']:.3f} ± {crawled['f1_std']:.3f}, {crawled['empty']} empty;"
+                f" {crawled['pages_per_s']:.1f} pages/s; lowest F1: "
+                + ", ".join(f"{i[:8]} {f:.2f}" for i, f in crawled["worst"])
+            )
+        results["articles"] = articles
     sites = []
     for site in (site for site in SITES if site.name in args.sites):
         if (site.root / site.start).is_file():
@@ -440,22 +665,25 @@ def main() -> None:
                 f"skipped {site.name}: {site.root / site.start} is missing (apt-get install {site.package})",
                 file=sys.stderr,
             )
-    results = measure(sites, args.only, args.repeat)
-    pages = sum(s["pages"] for s in results["sites"].values())
-    print(
-        f"All {len(sites)} sites, {pages} pages (parse: {results['parse ms/page']:.2f} ms/page; the spider's whole "
-        "callback:"
-        f" {results['spider ms/page']:.2f} ms/page; with the plain XPath extractor "
-        f"{results['spider, plain XPath ms/page']:.2f})\n"
-    )
-    print(table(results["extractors"]))
-    for name, site in results["sites"].items():
+    if sites:
+        docs = measure(sites, args.only, args.repeat)
+        results.update(docs)
+        pages = sum(s["pages"] for s in docs["sites"].values())
         print(
-            f"\n{name} ({site['generator']}, {site['language']}, {site['pages']} pages; spider"
-            f" {site['spider ms/page']:.2f} ms/page; with the plain XPath extractor "
-            f"{site['spider, plain XPath ms/page']:.2f})\n"
+            f"\nDoc sites: {len(sites)} sites, {pages} pages (parse: {docs['parse ms/page']:.2f} ms/page; the spider's"
+            f" whole callback: {docs['spider ms/page']:.2f} ms/page; with PAGE_TEXT_EXTRACTOR=rule"
+            f" {docs['spider, rule ms/page']:.2f}; with the plain XPath extractor"
+            f" {docs['spider, plain XPath ms/page']:.2f})\n"
         )
-        print(table(site["extractors"]))
+        print(table(docs["extractors"]))
+        for name, site in docs["sites"].items():
+            print(
+                f"\n{name} ({site['generator']}, {site['language']}, {site['pages']} pages; spider"
+                f" {site['spider ms/page']:.2f} ms/page; with PAGE_TEXT_EXTRACTOR=rule"
+                f" {site['spider, rule ms/page']:.2f};"
+                f" with the plain XPath extractor {site['spider, plain XPath ms/page']:.2f})\n"
+            )
+            print(table(site["extractors"]))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
 

@@ -30,9 +30,16 @@ class Page(Item):
     #: ``[[level, text], ...]`` for every h1, h2 and h3 of the main content, in document order
     #: (crawler/pagetext.py; the rule is in docs/items.md).
     headings = Field(type=list)
-    #: Visible text of the main content, whitespace collapsed, a space only where the page has
-    #: white space or a block boundary (crawler/pagetext.py; docs/items.md).
+    #: The main content's text, the thing a reader came for: a documentation page's main
+    #: content, or the article trafilatura finds in any other page; whitespace collapsed
+    #: (crawler/pagetext.py; docs/items.md).
     text = Field(type=str)
+    #: The author(s) the page declares (``<meta name="author">``, JSON-LD, bylines), as one string.
+    author = Field(type=str, max_length=1024)
+    #: The publication date the page declares, ISO 8601 (``YYYY-MM-DD``).
+    published = Field(type=str, max_length=10, ascii=True, on_too_long="reject")
+    #: The URL the page declares as its own (``<link rel="canonical">``, ``og:url``), ASCII-escaped.
+    canonical_url = Field(type=str, max_length=2048, ascii=True, on_too_long="reject")
     #: Absolute URLs of every ``<a href>`` on the page, fragments removed, in order, unique.
     links = Field(type=list)
     #: sha256 of the response body, hex.

@@ -42,3 +42,8 @@ AUTOTHROTTLE_MAX_DELAY = 30.0
 AUTOTHROTTLE_TARGET_CONCURRENCY = 4.0
 
 FEED_EXPORT_ENCODING = "utf-8"
+
+# How the site spider makes a page's text: "trafilatura" (documentation pages by the project's
+# rule, other pages by trafilatura) or "rule" (the project's rule for every page: faster, but
+# menus and sidebars of ordinary pages in the text). docs/items.md#text-and-headings.
+PAGE_TEXT_EXTRACTOR = "trafilatura"

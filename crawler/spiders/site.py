@@ -12,11 +12,14 @@ from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
 from crawler.items import Page
-from crawler.pagetext import page_text
+from crawler.pagetext import EXTRACTORS, extract
 from crawler.spiders import StartUrlSpider
+from scrapy_frontier.config import fail_at_open
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from scrapy.crawler import Crawler
 
 
 #: Request meta key holding the hosts a request's descendants may visit.
@@ -39,6 +42,17 @@ class SiteSpider(StartUrlSpider):
     def __init__(self, *args: Any, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, url=url, **kwargs)
         self._links = LinkExtractor(deny_extensions=[], unique=True, canonicalize=False)
+        self.extractor = "trafilatura"
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> SiteSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        extractor = crawler.settings.get("PAGE_TEXT_EXTRACTOR") or "trafilatura"
+        if extractor in EXTRACTORS:
+            spider.extractor = extractor
+        else:
+            fail_at_open(crawler, "PAGE_TEXT_EXTRACTOR must be one of %s, not %r", ", ".join(EXTRACTORS), extractor)
+        return spider
 
     def parse(self, response: Any) -> Iterator[Any]:
         hosts = self._hosts(response)
@@ -51,7 +65,7 @@ class SiteSpider(StartUrlSpider):
             if url not in seen:
                 seen.add(url)
                 links.append(url)
-        yield self.page(response, links)
+        yield self.page(response, links, self.extractor)
         for url in links:
             parts = urlsplit(url)
             if (
@@ -70,10 +84,11 @@ class SiteSpider(StartUrlSpider):
         return hosts
 
     @staticmethod
-    def page(response: HtmlResponse, links: list[str]) -> Page:
-        """Build the :class:`Page` item of an HTML response (``text`` and ``headings`` by
-        :func:`crawler.pagetext.page_text`'s rule)."""
-        text, headings = page_text(response.selector.root)
+    def page(response: HtmlResponse, links: list[str], extractor: str = "trafilatura") -> Page:
+        """Build the :class:`Page` item of an HTML response (``text``, ``headings``, ``author``,
+        ``published`` and ``canonical_url`` by :func:`crawler.pagetext.extract` with
+        ``extractor``)."""
+        found = extract(response.selector.root, response.url, extractor)
         latency = response.meta.get("download_latency")
         request = response.request
         # a start URL's fragment names a place in the page, not another page
@@ -86,8 +101,11 @@ class SiteSpider(StartUrlSpider):
                 "//meta[translate(@name,'DESCRIPTON','descripton')='description']/@content"
             ).get(),
             language=response.xpath("/html/@lang").get(),
-            headings=headings,
-            text=text,
+            headings=found.headings,
+            text=found.text,
+            author=found.author,
+            published=found.published,
+            canonical_url=found.canonical_url,
             links=links,
             content_hash=hashlib.sha256(response.body).hexdigest(),
             fetched_at=datetime.now(UTC).isoformat(timespec="milliseconds"),

@@ -25,7 +25,7 @@ from pymysql.converters import escape_string
 from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import PERCENT_ENCODE_HINT, ConfigError, redact_url, url_problem
 from scrapy_frontier.defaults import SETTINGS
-from scrapy_frontier.storage.ddl import mysql_ddl, sqlite_ddl
+from scrapy_frontier.storage.ddl import mysql_add_columns, mysql_ddl, sqlite_add_columns, sqlite_ddl
 
 if TYPE_CHECKING:
     from scrapy_frontier.schema import Schema
@@ -83,6 +83,17 @@ def table_missing(database: str, schema: Schema, error: str, count: int) -> None
         database,
         error,
         count,
+    )
+
+
+def columns_added(database: str, schema: Schema, added: list[str]) -> None:
+    """The one warning of a table created by an earlier version of its item type, given the
+    columns it lacked (``added``, as NULL columns: its rows have no value for them)."""
+    logger.warning(
+        "Table %s in %s lacks the column(s) %s of its item type: added (NULL in the rows already stored)",
+        schema.table,
+        database,
+        ", ".join(added),
     )
 
 
@@ -170,7 +181,27 @@ class MySQLBackend:
             self.conn = None
 
     def ensure_table(self, schema: Schema) -> None:
-        self._run(lambda cur: cur.execute(mysql_ddl(schema)))
+        """Create the table of ``schema`` if it is missing; add the columns of fields an existing
+        table lacks (:func:`~scrapy_frontier.storage.ddl.mysql_add_columns`, one warning). A column
+        another worker adds at the same time (MySQL error 1060, duplicate column) is taken as added."""
+
+        def ensure(cur: Any) -> list[str]:
+            cur.execute(mysql_ddl(schema))
+            cur.execute(f"SHOW COLUMNS FROM `{schema.table}`")
+            existing = {row[0] for row in cur.fetchall()}
+            added = []
+            for name, statement in mysql_add_columns(schema, existing):
+                try:
+                    cur.execute(statement)
+                    added.append(name)
+                except pymysql.err.OperationalError as exc:
+                    if not exc.args or exc.args[0] != ER.DUP_FIELDNAME:
+                        raise
+            return added
+
+        added = self._run(ensure)
+        if added:
+            columns_added(self.name, schema, added)
 
     def _revive(self) -> None:
         """Ping the connection; if the server has closed it (``wait_timeout``, a proxy's idle
@@ -356,9 +387,22 @@ class SQLiteBackend:
             self.conn = None
 
     def ensure_table(self, schema: Schema) -> None:
+        """Create the table of ``schema`` if it is missing; add the columns of fields an existing
+        table lacks (:func:`~scrapy_frontier.storage.ddl.sqlite_add_columns`, one warning)."""
         assert self.conn is not None
         with self.conn:
             self.conn.execute(sqlite_ddl(schema))
+            existing = {row[1] for row in self.conn.execute(f"PRAGMA table_info({schema.table})")}
+            added = []
+            for name, statement in sqlite_add_columns(schema, existing):
+                try:
+                    self.conn.execute(statement)
+                    added.append(name)
+                except sqlite3.OperationalError as exc:
+                    if "duplicate column" not in str(exc):
+                        raise
+        if added:
+            columns_added(self.name, schema, added)
 
     def literal(self, row: tuple[Any, ...]) -> None:
         """Always ``None``: sqlite3 binds the values itself."""

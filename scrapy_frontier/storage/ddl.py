@@ -45,6 +45,27 @@ def sqlite_ddl(schema: Schema) -> str:
     return f"CREATE TABLE IF NOT EXISTS {schema.table} (\n{body}\n);"
 
 
+def mysql_add_columns(schema: Schema, existing: set[str]) -> list[tuple[str, str]]:
+    """``[(column, "ALTER TABLE ... ADD COLUMN ...")]`` for each field of ``schema`` whose column
+    is not among ``existing`` (a table created by an earlier version of its item type), as
+    ``NULL``: rows already stored have no value for it, and the validation pipeline checks
+    ``required``."""
+    return [
+        (f.name, f"ALTER TABLE `{schema.table}` ADD COLUMN `{f.name}` {f.mysql_type()} NULL")
+        for f in schema.fields
+        if f.name not in existing
+    ]
+
+
+def sqlite_add_columns(schema: Schema, existing: set[str]) -> list[tuple[str, str]]:
+    """:func:`mysql_add_columns` for SQLite."""
+    return [
+        (f.name, f"ALTER TABLE {schema.table} ADD COLUMN {f.name} {f.sqlite_type()}")
+        for f in schema.fields
+        if f.name not in existing
+    ]
+
+
 def schema_sql(*sources: Any) -> str:
     """The MySQL DDL of every item class with a schema in ``sources`` (modules, or classes),
     then of the documents table, as one SQL script.
