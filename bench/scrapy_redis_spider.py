@@ -2,8 +2,8 @@
 
 Run with ``-s SPIDER_MODULES=bench.scrapy_redis_spider -s
 SCHEDULER=scrapy_redis.scheduler.Scheduler -s DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter``
-and REDIS_HOST / REDIS_PORT / REDIS_DB (not REDIS_URL, which would switch this project's own
-distributed parts on): the same parsing, links and items as ``crawler.spiders.site``, with
+``-s ADDONS={}`` (this project's add-on off) and REDIS_HOST / REDIS_PORT / REDIS_DB: the same
+parsing, links and items as ``crawler.spiders.site``, with
 scrapy-redis's scheduler, dupefilter and start-URL feeding (``site:start_urls``).
 
 What scrapy-redis 0.9.1 needs on Scrapy 2.19 (the smallest shims, here only):

@@ -59,6 +59,8 @@ PIPELINES_OFF = {
 #: scrapy-redis 0.9.1 with its own scheduler, dupefilter and start-URL feeding; see
 #: bench/scrapy_redis_spider.py for what it needs on Scrapy 2.19.
 SCRAPY_REDIS = {
+    # without this project's add-on: its REDIS_HOST/PORT/DB would switch the frontier on
+    "ADDONS": "{}",
     "SPIDER_MODULES": "bench.scrapy_redis_spider",
     "SCHEDULER": "bench.scrapy_redis_spider.Scheduler",
     "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
@@ -194,8 +196,8 @@ def crawl(
     """Crawl from ``start_url`` with ``workers`` processes and return the figures.
 
     ``mode``: ``plain`` (Scrapy's memory scheduler, ``-a url=``), ``scrapy-redis`` (its scheduler,
-    dupefilter and ``site:start_urls``, Redis given by REDIS_HOST/PORT/DB so that this project's
-    distributed add-on stays off) or ``frontier`` (``REDIS_URL``: this project's scheduler). With
+    dupefilter and ``site:start_urls``, Redis given by REDIS_HOST/PORT/DB, this project's add-on
+    off) or ``frontier`` (``REDIS_URL``: this project's scheduler). With
     ``pipelines`` the project's ITEM_PIPELINES run (storage in ``mysql_url``); else none.
     ``spider`` is the spider crawled and ``settings`` more ``-s`` settings. Runs with a Redis
     also report its CPU per page (bench/redis_cpu.py: ``redis_cpu_us_per_page``,

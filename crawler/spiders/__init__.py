@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Self
 import scrapy
 from scrapy import signals
 
-from scrapy_frontier.config import fail_at_open, read_value
+from scrapy_frontier.config import fail_at_open
+from scrapy_frontier.connection import ConfigError, redis_url
 from scrapy_frontier.serialize import RequestRefused, check_url
 
 if TYPE_CHECKING:
@@ -26,6 +27,15 @@ def url_argument(url: str | None) -> list[str]:
     return url.split() or [url]
 
 
+def _has_redis(spider: scrapy.Spider) -> bool:
+    """Whether the crawl has a Redis to take start URLs from: ``REDIS_URL``, or the one scrapy-redis's
+    ``REDIS_HOST`` / ``REDIS_PORT`` name (:func:`~scrapy_frontier.connection.redis_url`)."""
+    try:
+        return bool(redis_url(spider.settings))
+    except ConfigError:
+        return True  # a malformed one: the scheduler says so, in one line of its own
+
+
 def checked_start_urls(spider: scrapy.Spider, example: str) -> list[str]:
     """``spider.start_urls`` made safe (RFC 3986 escaping), each checked as a worker checks a
     pushed URL; called when the spider is made (``from_crawler``), before any component opens.
@@ -34,7 +44,7 @@ def checked_start_urls(spider: scrapy.Spider, example: str) -> list[str]:
     it opens (:func:`~scrapy_frontier.config.fail_at_open`: ``scrapy crawl`` exits with status 2)
     with nothing written: no database file, no key in Redis."""
     crawler = spider.crawler
-    if not spider.start_urls and not read_value(spider.settings, "REDIS_URL"):
+    if not spider.start_urls and not _has_redis(spider):
         fail_at_open(
             crawler, "No start URL: run `%s` (or set REDIS_URL and push to %s:start_urls)", example, spider.name
         )
