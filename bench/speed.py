@@ -47,6 +47,8 @@ COMMON = {
     "LOG_LEVEL": "INFO",
     "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
     "STATS_CLASS": "bench.timing.TimingStats",
+    # the crawl's machinery, not the page text: trafilatura's cost is bench.text_extraction's
+    "PAGE_TEXT_EXTRACTOR": "rule",
 }
 #: Item pipelines off: the add-on's switches (it adds its pipelines to ITEM_PIPELINES as a
 #: project's own entries would be added), and no project pipeline either.
