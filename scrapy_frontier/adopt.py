@@ -164,7 +164,9 @@ async def prepare(
         meta = {text(k): text(v) for k, v in raw_meta.items()}
         queue_type, df_type = text(queue_type), text(df_type)
         ours = "probe" in meta
-        foreign_queue = not ours and queue_type in ("zset", "list") and not await _frontier_index(client, keys)
+        foreign_queue = (
+            not ours and queue_type in ("zset", "list") and not await _frontier_index(client, keys, queue_type)
+        )
         if not (pending or foreign_queue or (not ours and df_type == "set")):
             return Found(crawl_fingerprinter(meta, default_fingerprinter))
         if not (pending or foreign_queue):
@@ -232,13 +234,13 @@ async def _refuse_if_written(client: Any, keys: Keys, queue_type: str) -> None:
         )
 
 
-async def _frontier_index(client: Any, keys: Keys) -> bool:
+async def _frontier_index(client: Any, keys: Keys, queue_type: str) -> bool:
     """Whether ``<spider>:requests`` is the frontier's own index of hosts, not a scrapy-redis
     queue: a crawl whose meta is gone (cleared by its last worker) may have had requests put back
     since (``scrapy requeue``). Its first member is a host with a queue of its own
     (``<spider>:requests:<host>#0`` or, for its other priorities, ``<spider>:requests:<host>``);
     a scrapy-redis member is a serialized request, which names no key."""
-    first = await client.zrange(keys.queue, 0, 0) if text(await client.type(keys.queue)) == "zset" else []
+    first = await client.zrange(keys.queue, 0, 0) if queue_type == "zset" else []
     if not first:
         return False
     host_queue = keys.queue_prefix.encode() + first[0]

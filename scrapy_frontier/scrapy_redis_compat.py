@@ -12,6 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
+
 from scrapy_frontier.keys import START_URLS_KEY
 
 if TYPE_CHECKING:
@@ -205,8 +207,6 @@ def take_over(crawler: Crawler, spider: Spider, queue_order: str, start_urls_key
     second finding it empty); and unhook a scrapy-redis spider's ``spider_idle``, which pops start
     URLs without a lease (``LRANGE`` + ``LTRIM``: a worker that dies loses them): the frontier takes
     them from ``start_urls_key`` under lease instead."""
-    from scrapy import signals
-
     if queue_order == "fifo":
         logger.info(
             "SCHEDULER_QUEUE_CLASS=%s: each host's requests are served first in, first out among those of one "
