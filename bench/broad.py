@@ -92,12 +92,22 @@ class BroadNginx(speed.Nginx):
 
 
 def crawl(
-    name: str, mode: str, workers: int, start_url: str, redis_url: str, cap: int, timeout: float, profile: bool = False
+    name: str,
+    mode: str,
+    workers: int,
+    start_url: str,
+    redis_url: str,
+    cap: int,
+    timeout: float,
+    profile: bool = False,
+    settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """One run of a kind: bench.speed.crawl's figures (with Redis's, frontier runs)."""
+    """One run of a kind: bench.speed.crawl's figures (with Redis's, frontier runs); ``settings``
+    over the benchmark's."""
     extra = {"SPIDER_MODULES": "bench.broad_spider", "CONCURRENT_REQUESTS_PER_DOMAIN": str(cap)}
     if mode == "frontier":
         extra["DOMAIN_CONCURRENCY"] = str(cap)
+    extra.update(settings or {})
     return speed.crawl(
         name.replace(" ", "").replace(",", "-"),
         mode,

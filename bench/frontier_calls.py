@@ -3,11 +3,14 @@ measure of what a change to the Lua scripts costs or saves.
 
     python -m bench.frontier_calls [--hosts 300] [--pages 40] [--cap 2] [--workers 2] [--rounds 3]
     python -m bench.frontier_calls --hosts 1 --pages 20000 --cap 0      # the single-host site
+    python -m bench.frontier_calls --autothrottle                       # AutoThrottle for the crawl
 
 Crawls the link graph of bench/broad.py's site (``--hosts 1``: bench/speed.py's, 11 links a page)
 with ``--workers`` frontiers of one process taking turns: each leases up to ``--prefetch``
 requests (again once half are done, as the scheduler does), "fetches" ``--batch`` of them, and
-pushes their new links with the acknowledgements in one call, every link first checked against
+pushes their new links with the acknowledgements (with ``--autothrottle``, and each page's latency,
+1 µs, so that AutoThrottle's delay, a fraction of a µs, never holds a host back: what is measured
+is its bookkeeping) in one call, every link first checked against
 the worker's local first look and the seen feed (the scheduler's ``SeenCache``). The payloads are
 the ``broad`` spider's (``request_to_json``), the dupefilter the packed layout of new crawls.
 Prints, per round, Redis CPU µs per page (``INFO cpu``, user + sys, net of Redis's idle work)
@@ -39,6 +42,7 @@ from bench.redis_cpu import CallgrindRedis, RedisCpu
 from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
+from scrapy_frontier.politeness import SharedAutoThrottle
 from scrapy_frontier.scheduler.join import SEEN_FEED_ENTRIES
 from tests.servers import RedisServer
 
@@ -77,7 +81,9 @@ class Worker:
         self.to_push: list[Entry] = []
 
 
-async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefetch: int, batch: int) -> int:
+async def crawl(
+    url: str, hosts: int, pages: int, cap: int, workers: int, prefetch: int, batch: int, autothrottle: bool = False
+) -> int:
     """Crawl the graph from page 0 of host 0; returns the pages crawled."""
     client = aioredis.Redis.from_url(url)
     await client.flushdb()
@@ -85,8 +91,13 @@ async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefet
     graph = link_graph(hosts, pages)
     names = [host_name(i, hosts) for i in range(hosts)]
     dedup = DedupConfig()
+    at = SharedAutoThrottle(4.0, start_delay=1e-6, min_delay=0.0, max_delay=60.0) if autothrottle else None
     crew = [
-        Worker(Frontier(client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES))
+        Worker(
+            Frontier(
+                client, keys, f"w{k}", concurrency_cap=cap, dedup=dedup, seen_feed=SEEN_FEED_ENTRIES, autothrottle=at
+            )
+        )
         for k in range(workers)
     ]
     # in the nodes index, as their heartbeats would put them (one worker alone uses no seen feed)
@@ -125,18 +136,30 @@ async def crawl(url: str, hosts: int, pages: int, cap: int, workers: int, prefet
                 crawled += 1
                 busy = True
             if w.to_push or w.to_ack:
-                await w.frontier.push(w.to_push, w.to_ack)
+                samples: dict[str, list[int]] | None = None
+                if at is not None:
+                    samples = {}
+                    for lease in w.to_ack:
+                        samples.setdefault(lease.field.rsplit(b"\t", 1)[-1].decode(), []).append(1)
+                await w.frontier.push(w.to_push, w.to_ack, samples=samples)
                 w.to_push, w.to_ack = [], []
         idle_rounds = 0 if busy else idle_rounds + 1
     await client.aclose()
     return crawled
 
 
+def crawl_with(url: str, args: argparse.Namespace) -> int:
+    """:func:`crawl` with the command line's options; returns the pages crawled."""
+    return asyncio.run(
+        crawl(url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch, args.autothrottle)
+    )
+
+
 def run_once(url: str, args: argparse.Namespace, profile: bool = False) -> dict[str, Any]:
     cpu = RedisCpu(url, profile=profile)
     cpu.idle(1.0)
     cpu.start()
-    pages = asyncio.run(crawl(url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch))
+    pages = crawl_with(url, args)
     cpu.stop()
     fig = cpu.figures(pages)
     evalsha = fig["commandstats"].get("evalsha", {})
@@ -150,11 +173,7 @@ def callgrind_rounds(args: argparse.Namespace) -> None:
     try:
         figures = []
         for r in range(args.rounds):
-            pages, ir = server.instructions(
-                lambda: asyncio.run(
-                    crawl(server.url, args.hosts, args.pages, args.cap, args.workers, args.prefetch, args.batch)
-                )
-            )
+            pages, ir = server.instructions(lambda: crawl_with(server.url, args))
             figures.append(ir / pages)
             print(f"round {r + 1}: {pages} pages, Redis {ir / pages:,.0f} instructions/page", flush=True)
         print(f"median of {len(figures)}: Redis {statistics.median(figures):,.0f} instructions/page")
@@ -171,6 +190,9 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=64, help="requests a worker holds (CONCURRENT_REQUESTS)")
     parser.add_argument("--batch", type=int, default=16, help="pages a worker fetches between two pushes")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--autothrottle", action="store_true", help="AutoThrottle for the whole crawl, each page's latency sent"
+    )
     parser.add_argument(
         "--profile", action="store_true", help="one more run with every command logged (SLOWLOG): each script's share"
     )

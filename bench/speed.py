@@ -42,6 +42,9 @@ COMMON = {
     "CONCURRENT_REQUESTS": "64",
     "CONCURRENT_REQUESTS_PER_DOMAIN": "64",
     "AUTOTHROTTLE_ENABLED": "False",
+    # no cap across the workers (by default the crawl's is one worker's 64): each worker its own 64,
+    # as each scrapy-redis worker has
+    "DOMAIN_CONCURRENCY": "0",
     "ROBOTSTXT_OBEY": "False",
     "TELNETCONSOLE_ENABLED": "False",
     "LOG_LEVEL": "INFO",

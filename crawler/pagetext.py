@@ -289,3 +289,15 @@ def extract(root: HtmlElement, url: str, extractor: str = "trafilatura") -> Page
         canonical = safe_url_string(urljoin(url, declared.strip())) if declared else None
         found = found._replace(canonical_url=canonical if canonical and _is_url(canonical) else None)
     return found
+
+
+#: A short page that takes trafilatura down every path a page may take (justext's rescue too).
+_WARM_UP_PAGE = "<html><head><title>warm-up</title></head><body><p>A short page.</p></body></html>"
+
+
+def warm_up(extractor: str = "trafilatura") -> None:
+    """Run :func:`extract` once on a short page. trafilatura builds tables on its first page
+    (justext's stop words of every language: about 0.3 s of CPU); a crawl calls this at start, so
+    that the first page a worker takes does not stall its event loop while it holds other requests
+    whose send times are booked. Raises ``ValueError`` as :func:`extract` does."""
+    extract(document_fromstring(_WARM_UP_PAGE), "http://localhost/", extractor)

@@ -18,6 +18,9 @@ COMMANDS_MODULE = "scrapy_frontier.commands"
 ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}
 
 ROBOTSTXT_OBEY = True
+# Scrapy's telnet console logs the password it generates at start: no secret in a worker's log.
+# A worker to inspect by hand: -s TELNETCONSOLE_ENABLED=True -s TELNETCONSOLE_PASSWORD=...
+TELNETCONSOLE_ENABLED = False
 USER_AGENT = "crawler (+https://github.com/)"
 CONCURRENT_REQUESTS = 32
 CONCURRENT_REQUESTS_PER_DOMAIN = 8

@@ -14,8 +14,9 @@ still win. Each part has its switch:
   (:mod:`scrapy_frontier.scrapy_redis_settings`: what each scrapy-redis setting becomes);
 - downloader middlewares: retry with backoff and Retry-After in place of Scrapy's
   ``RetryMiddleware`` (``RETRY_ENABLED``), robots.txt fetched once per host for the whole crawl
-  in place of Scrapy's ``RobotsTxtMiddleware`` (``ROBOTSTXT_OBEY``), politeness shared by every
-  worker (``POLITENESS_ENABLED``);
+  in place of Scrapy's ``RobotsTxtMiddleware`` (``ROBOTSTXT_OBEY``), cookies shared by every
+  worker in place of Scrapy's ``CookiesMiddleware`` (``COOKIES_SHARED``), politeness shared by
+  every worker (``POLITENESS_ENABLED``);
 - item pipelines: validation (``VALIDATION_ENABLED``), the Redis cache (``REDIS_CACHE_ENABLED``),
   write-through storage to MySQL or SQLite (``STORAGE_ENABLED``);
 - extensions: Prometheus metrics and JSON logs (``METRICS_ENABLED``, ``LOG_JSON``), the cluster's
@@ -32,13 +33,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.extensions.logstats import LogStats
+from scrapy.extensions.throttle import AutoThrottle
 from scrapy.utils.misc import load_object
 
 from scrapy_frontier import scrapy_redis_settings
-from scrapy_frontier.config import check_scrapy_settings, setting_or_env
+from scrapy_frontier.config import check_scrapy_settings, check_settings, setting_or_env
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
 
 if TYPE_CHECKING:
@@ -65,6 +68,12 @@ COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
         RetryMiddleware,
         "scrapy_frontier.downloadermiddlewares.retry.BackoffRetryMiddleware",
         550,
+    ),
+    (
+        "DOWNLOADER_MIDDLEWARES",
+        CookiesMiddleware,
+        "scrapy_frontier.downloadermiddlewares.cookies.SharedCookiesMiddleware",
+        700,
     ),
     # Last before the download: waits for the host's shared send time (distributed mode only).
     (
@@ -111,6 +120,43 @@ def _install(settings: BaseSettings, name: str, builtin: type | None, component:
     settings.set_in_component_priority_dict(name, load_object(component), priority)
 
 
+def _flag(settings: BaseSettings, name: str) -> bool:
+    """A yes/no setting of this project, for the add-on's choices: a bad value counts as off here;
+    the component that reads it stops the crawl at start with one line naming it (read_setting)."""
+    try:
+        return settings.getbool(name)
+    except ValueError:
+        return False
+
+
+def delay_for_the_crawl(settings: BaseSettings) -> None:
+    """Scrapy's ``DOWNLOAD_DELAY`` (seconds between two requests to a host, kept by each process)
+    held for the whole crawl, when ``DOMAIN_RATE_LIMIT`` is unset: it becomes the crawl's rate,
+    ``1 / DOWNLOAD_DELAY`` requests/second per host from all the workers together, and each
+    worker's own delay goes (it would hold a request back past the send time booked for it).
+    Logged at INFO. Both are set at ``DOWNLOAD_DELAY``'s priority."""
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if delay <= 0:
+        return
+    if settings.get("DOMAIN_RATE_LIMIT") not in (None, ""):
+        logger.info(
+            "scrapy-frontier: DOWNLOAD_DELAY = %g stays each worker's own (Scrapy's), beside DOMAIN_RATE_LIMIT = %s "
+            "for the whole crawl",
+            delay,
+            settings.get("DOMAIN_RATE_LIMIT"),
+        )
+        return
+    priority = settings.getpriority("DOWNLOAD_DELAY") or "addon"
+    settings.set("DOMAIN_RATE_LIMIT", 1 / delay, priority)
+    settings.set("DOWNLOAD_DELAY", 0, priority)
+    logger.info(
+        "scrapy-frontier: DOWNLOAD_DELAY = %g holds for the whole crawl: each host gets at most %.4g requests/second "
+        "from all the workers together (DOMAIN_RATE_LIMIT; set it to choose another rate)",
+        delay,
+        1 / delay,
+    )
+
+
 class DistributedAddon:
     """Wires scrapy-frontier into a crawl (see the module docstring). It also checks Scrapy's
     common numeric settings, in either mode, before Scrapy reads them
@@ -137,6 +183,7 @@ class DistributedAddon:
             settings.set("LOG_FORMATTER", LOG_FORMATTER, "addon")
         scrapy_redis_settings.apply(settings, self.crawler)
         if not settings.get("REDIS_URL"):
+            check_settings(settings, self.crawler)
             return
         for name, ours in (("SCHEDULER", SCHEDULER), ("DUPEFILTER_CLASS", DUPEFILTER)):
             current = settings.get(name)
@@ -150,3 +197,9 @@ class DistributedAddon:
                 settings.set(name, ours, settings.getpriority(name) or "addon")
             else:
                 settings.set(name, ours, "addon")
+        if _flag(settings, "POLITENESS_ENABLED"):
+            delay_for_the_crawl(settings)
+            if settings.getbool("AUTOTHROTTLE_ENABLED"):
+                # AutoThrottle runs for the whole crawl (scrapy_frontier.politeness.SharedAutoThrottle):
+                # Scrapy's, one per process, would hold each worker's sends back again, past their booking
+                settings.set_in_component_priority_dict("EXTENSIONS", AutoThrottle, None)

@@ -80,8 +80,9 @@ def setting_or_env(settings: BaseSettings, name: str) -> Any:
 def parse_value(setting: Setting, raw: Any) -> Any:
     """``raw`` (a value given for ``setting``, not ``None`` nor empty) as ``setting.kind``, read as
     Scrapy's typed getters read it (``getbool`` takes ``True``/``False``, ``1``/``0``,
-    ``"true"``/``"false"``; ``getdict`` a dict or its JSON), within ``setting.minimum``
-    (inclusive) and ``setting.above`` (exclusive); a ``str`` stripped, an ``object`` as given.
+    ``"true"``/``"false"``; ``getdict`` a dict or its JSON), a number finite and within
+    ``setting.minimum`` (inclusive) and ``setting.above`` (exclusive); a ``str`` stripped, an
+    ``object`` as given.
     Raises ``ValueError`` with a message that names the setting."""
     name, kind = setting.name, setting.kind
     if kind is object:
@@ -102,8 +103,8 @@ def parse_value(setting: Setting, raw: Any) -> Any:
         raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}") from None
     if kind in (bool, dict):
         return value
-    if value != value:  # NaN passes every comparison below
-        raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}")
+    if value != value or value in (float("inf"), float("-inf")):  # NaN passes every comparison below
+        raise ValueError(f"Setting {name}={raw!r} is not a valid {kind.__name__}: a finite number is needed")
     minimum, above = setting.minimum, setting.above
     if (minimum is not None and value < minimum) or (above is not None and value <= above):
         bound = f">= {minimum}" if minimum is not None else f"> {above}"
@@ -137,14 +138,15 @@ def read_setting(crawler: Crawler, name: str) -> Any:
         return TABLE[name].default
 
 
-#: Scrapy's numeric settings checked at start (:func:`check_scrapy_settings`), each with its kind
-#: and bounds (its default is Scrapy's). Each is read by Scrapy's own ``getint`` or ``getfloat``
+#: Scrapy's settings checked at start (:func:`check_scrapy_settings`), each with its kind and
+#: bounds (its default is Scrapy's). Each is read by Scrapy's own ``getint``, ``getfloat`` or ``getbool``
 #: (scrapy/core/downloader, scrapy/core/scraper.py, scrapy/spidermiddlewares/depth.py,
 #: scrapy/downloadermiddlewares/{retry,redirect}.py, scrapy/extensions/{closespider,throttle}.py), which
 #: would end the crawl in a traceback; ``CONCURRENT_REQUESTS=0`` would leave no request slot and
 #: the crawl would hang, ``CONCURRENT_ITEMS=0`` would drop every item and link without a word, and
-#: a negative delay, depth or size would be taken silently.
-SCRAPY_NUMERIC: tuple[Setting, ...] = (
+#: a negative delay, depth or size would be taken silently. The yes/no ones are also read by the
+#: add-on (``AUTOTHROTTLE_ENABLED``) before Scrapy's components.
+SCRAPY_CHECKED: tuple[Setting, ...] = (
     Setting("CONCURRENT_REQUESTS", None, int, minimum=1),
     Setting("CONCURRENT_REQUESTS_PER_DOMAIN", None, int, minimum=1),
     Setting("CONCURRENT_REQUESTS_PER_IP", None, int, minimum=0),
@@ -165,11 +167,16 @@ SCRAPY_NUMERIC: tuple[Setting, ...] = (
     Setting("AUTOTHROTTLE_START_DELAY", None, float, minimum=0),
     Setting("AUTOTHROTTLE_MAX_DELAY", None, float, minimum=0),
     Setting("AUTOTHROTTLE_TARGET_CONCURRENCY", None, float, above=0),
+    Setting("AUTOTHROTTLE_ENABLED", None, bool),
+    Setting("AUTOTHROTTLE_DEBUG", None, bool),
+    Setting("COOKIES_ENABLED", None, bool),
+    Setting("COOKIES_DEBUG", None, bool),
+    Setting("ROBOTSTXT_OBEY", None, bool),
 )
 
 
 def check_scrapy_settings(settings: BaseSettings, crawler: Crawler | None) -> None:
-    """Check :data:`SCRAPY_NUMERIC` in ``settings`` (before Scrapy builds its engine, from the
+    """Check :data:`SCRAPY_CHECKED` in ``settings`` (before Scrapy builds its engine, from the
     add-on's ``update_settings``). A bad value is reported with :func:`fail_at_open` (one line
     naming the setting and its value; ``scrapy crawl`` exits with status 2) and, like an empty
     one, replaced by Scrapy's default at the same priority, so that the engine can be built and
@@ -177,7 +184,7 @@ def check_scrapy_settings(settings: BaseSettings, crawler: Crawler | None) -> No
     instead."""
     from scrapy.settings import default_settings
 
-    for setting in SCRAPY_NUMERIC:
+    for setting in SCRAPY_CHECKED:
         name = setting.name
         priority = settings.getpriority(name)
         if priority is None:
@@ -189,9 +196,28 @@ def check_scrapy_settings(settings: BaseSettings, crawler: Crawler | None) -> No
             try:
                 parse_value(setting, raw)
             except ValueError as exc:
-                if crawler is None:
-                    raise
-                fail_at_open(crawler, "%s", exc)
+                _refuse(crawler, exc)
                 raw = None
         if raw is None or raw == "":
             settings.set(name, scrapy_default, priority)
+
+
+def check_settings(settings: BaseSettings, crawler: Crawler | None) -> None:
+    """Check every setting of :data:`~scrapy_frontier.defaults.TABLE` that is given (in
+    ``settings`` or, for the names that take one, the environment) against its kind and bounds,
+    before any component reads it: in embedded mode, the components that read the distributed
+    ones are off, and a typo would otherwise surface only once the crawl goes distributed. A bad
+    value is reported with :func:`fail_at_open` (``scrapy crawl`` exits with status 2); without a
+    ``crawler``, raises ``ValueError``."""
+    for name in TABLE:
+        try:
+            read_value(settings, name)
+        except ValueError as exc:
+            _refuse(crawler, exc)
+
+
+def _refuse(crawler: Crawler | None, exc: ValueError) -> None:
+    """A setting's refusal: :func:`fail_at_open` with its message, or ``exc`` raised without a crawler."""
+    if crawler is None:
+        raise exc
+    fail_at_open(crawler, "%s", exc)

@@ -341,14 +341,18 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             "POLITENESS_ENABLED",
             True,
             bool,
-            doc="the shared politeness middleware (send-time booking of each host's rate, 429/503 slow-downs); "
+            doc="shared politeness: sends held to the times booked for them, AutoThrottle for the whole crawl, "
+            "429/503 slow-downs; "
             "the frontier still serves hosts in turn",
         ),
         Setting(
             "DOMAIN_RATE_LIMIT",
-            0.0,
+            None,
             float,
             minimum=0,
+            default_doc="`1 / DOWNLOAD_DELAY` when Scrapy's `DOWNLOAD_DELAY` is set (the add-on moves it here, "
+            "logged: the delay holds for the whole crawl, not per worker; with this setting set, `DOWNLOAD_DELAY` "
+            "stays per worker), else no limit",
             doc="requests/second per host for the whole crawl; 0 = no limit",
         ),
         Setting(
@@ -359,10 +363,12 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
         ),
         Setting(
             "DOMAIN_CONCURRENCY",
-            0,
+            None,
             int,
             minimum=0,
-            doc="requests in flight per host across the cluster; 0 = no cap",
+            default_doc="`CONCURRENT_REQUESTS_PER_DOMAIN` (Scrapy's, 8): the whole crawl sends a host no more at "
+            "once than one worker would",
+            doc="requests in flight per host across the cluster (taken from the frontier and not finished); 0 = no cap",
         ),
         Setting(
             "POLITENESS_REFRESH",
@@ -392,6 +398,14 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             float,
             above=0,
             doc="requests/second given to a host without a rate on its first 429/503",
+        ),
+        Setting(
+            "COOKIES_SHARED",
+            True,
+            bool,
+            doc="one cookie jar per `cookiejar` meta key for the whole crawl, in Redis (`<spider>:cookies`): a "
+            "cookie a response sets is sent by every worker (a login, a page that sets a cookie and redirects); "
+            "off: each worker its own jar, as Scrapy's `CookiesMiddleware`",
         ),
         Setting("ROBOTSTXT_CACHE_TTL", 86_400, int, minimum=1, doc="seconds a robots.txt stays in the shared cache"),
         Setting(

@@ -27,16 +27,18 @@ from scrapy_frontier.connection import is_cluster
 from scrapy_frontier.dupefilter import SEGMENT_BITS, DedupConfig
 from scrapy_frontier.keys import START_LEASE_PREFIX, shard_of_host
 from scrapy_frontier.payload import START_PREFIX, compact_payload, expand_payload, lease_host
+from scrapy_frontier.politeness import autothrottle_start
 from scrapy_frontier.reclaim import restore_calls
 from scrapy_frontier.scripts import library, source
 from scrapy_frontier.status import Status, crawl_counts, flag, make_status, status_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Sequence
+    from collections.abc import Awaitable, Mapping, Sequence
 
     from redis.asyncio import Redis, RedisCluster
 
     from scrapy_frontier.keys import Keys, Shard
+    from scrapy_frontier.politeness import SharedAutoThrottle
 
 #: A field of every lease hash that is not a lease: its value, longer than Redis's
 #: ``hash-max-listpack-value``, keeps the hash in the hashtable encoding (docs/scripts.md, "Lease hashes").
@@ -62,10 +64,16 @@ class Lease(NamedTuple):
     """A request taken under this node's lease (:meth:`Frontier.lease`): ``field``, the lease's
     name in the node's lease hash (``<lease id>\\t<score>\\t<host>``: what acknowledges it,
     :meth:`Frontier.push`, or gives it back, :meth:`Frontier.unlease`), and ``payload``, the
-    request's JSON."""
+    request's JSON. A host with a rate (:mod:`scrapy_frontier.politeness`) has its sends booked
+    by the lease: ``send_in``, the seconds after the lease call's reply when it may be sent
+    (``-1``: no booking), ``interval``, the seconds between its host's sends, ``strict``, whether
+    a rate rule other than AutoThrottle set it."""
 
     field: bytes
     payload: bytes
+    send_in: float = -1.0
+    interval: float = 0.0
+    strict: bool = False
 
 
 def _push_reply(reply: Any, full: dict[int, str] | None, duplicates: list[Any] | None) -> int:
@@ -94,6 +102,7 @@ class Frontier:
         wait_timeout: float = 1.0,
         seen_feed: int = 0,
         lifo: bool = False,
+        autothrottle: SharedAutoThrottle | None = None,
     ) -> None:
         """``keys`` with the crawl's shard count (:meth:`Keys.with_shards
         <scrapy_frontier.keys.Keys.with_shards>`); ``dedup``: the dupefilter's layout (exact set
@@ -105,10 +114,14 @@ class Frontier:
         (0: no wait); ``seen_feed``: entries of the seen feed each shard keeps, about (one
         per push call; 0: no feed, neither written nor read); ``lifo``: each host's new requests are
         served before those queued earlier (of one priority), as the crawl's recorded order says
-        (``order`` in ``<spider>:dupefilter:meta``), rather than first in, first out."""
+        (``order`` in ``<spider>:dupefilter:meta``), rather than first in, first out;
+        ``autothrottle``: AutoThrottle for the whole crawl (every host then has a rate, ``1 /``
+        its delay, and the latencies given to :meth:`push` move the delays)."""
         self.redis = redis
         self.default_rate = default_rate
         self.concurrency_cap = concurrency_cap
+        self.autothrottle = autothrottle
+        self._at_start = autothrottle_start(autothrottle)
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = max(1, int(wait_timeout * 1000))
         #: Pushes whose WAIT saw fewer than ``wait_replicas`` replicas in time (acknowledged anyway).
@@ -161,8 +174,9 @@ class Frontier:
         acks: Sequence[bytes],
         failed: Sequence[str],
         duplicates: list[Any] | None = None,
+        samples: Mapping[str, Sequence[int]] | None = None,
     ) -> int:
-        keys, args, full = self._push_args(sh, entries, acks, failed, duplicates is not None)
+        keys, args, full = self._push_args(sh, entries, acks, failed, duplicates is not None, samples)
         return _push_reply(await self._push(keys=keys, args=args), full, duplicates)
 
     def _push_args(
@@ -172,12 +186,13 @@ class Frontier:
         acks: Sequence[bytes],
         failed: Sequence[str],
         report: bool = False,
+        samples: Mapping[str, Sequence[int]] | None = None,
     ) -> tuple[list[str], list[Any], dict[int, str] | None]:
         """KEYS and ARGV of one frontier_push call (its contract: ``lua/frontier_push.lua``):
         the entries grouped by host and priority, each payload in its compact form
-        (:func:`compact_payload`), the acknowledgements by host. ``report`` asks for the
-        duplicates found; then the third value maps each payload's ARGV index (1-based) to the
-        request's JSON (else None)."""
+        (:func:`compact_payload`), the acknowledgements by host, the AutoThrottle ``samples``
+        by host (:meth:`push`). ``report`` asks for the duplicates found; then the third value
+        maps each payload's ARGV index (1-based) to the request's JSON (else None)."""
         groups: dict[tuple[str, Any], list[Any]] = {}
         originals: dict[tuple[str, Any], list[str]] = defaultdict(list)
         packed = self.dedup.layout == "packed"
@@ -211,6 +226,12 @@ class Frontier:
         for host, fields in ack_groups.items():
             args += (host, len(fields), *fields)
         args += failed
+        if samples and self.autothrottle is not None:
+            args += (len(samples), *self.autothrottle.lua_args())
+            for sampled, values in samples.items():
+                args += (sampled, len(values), *values)
+        else:
+            args.append(0)
         mode, _, age, capacity, error_rate = self.dedup.lua_args(0)
         args += (
             sh.politeness_prefix,
@@ -286,19 +307,22 @@ class Frontier:
         acks: Sequence[Lease | bytes | str] = (),
         failed: Sequence[str] = (),
         duplicates: list[Any] | None = None,
+        samples: Mapping[str, Sequence[int]] | None = None,
     ) -> int:
         """Queue ``entries`` (skipping fingerprints already seen), then acknowledge the leases
         ``acks`` and push dead letters ``failed``: a lease is never released before the requests
         it produced are queued and its dead letter kept. Within one shard this is one atomic
         script call; across shards the pushes go first (one call per shard, concurrently), then
-        the acknowledgements. Returns how many were queued; given a list ``duplicates``, appends
-        to it the payload of each entry the dupefilter had seen."""
-        if not (entries or acks or failed):
+        the acknowledgements. ``samples``: responses' download latencies by host, in µs (``-1 -
+        latency`` for a response that is not a 200), oldest first, for the shared AutoThrottle
+        (ignored without one); they ride on the same calls. Returns how many were queued; given
+        a list ``duplicates``, appends to it the payload of each entry the dupefilter had seen."""
+        if not (entries or acks or failed or samples):
             return 0
         fields = [_field(a) for a in acks]
         if len(self.shards) == 1 and not self.keys.shards:
             # Unsharded: one call, as atomic as it gets (start-URL leases are in the same hash).
-            return await self._push_call(self.shards[0], entries, fields, failed, duplicates)
+            return await self._push_call(self.shards[0], entries, fields, failed, duplicates, samples)
         by_shard: dict[int, list[Entry]] = defaultdict(list)
         for e in entries:
             by_shard[self.shard_index(e.host)].append(e)
@@ -328,9 +352,17 @@ class Frontier:
             else:
                 calls.append(self._push_call(self.shards[i], es, acks_here, [], duplicates))
         added = sum(int(n) for n in await asyncio.gather(*calls))
-        for i in by_shard:
+        # a shard pushed to has requests due, and one acknowledged to may have a host back from
+        # its concurrency cap (frontier_lease parks a host at its cap until a lease of it ends)
+        for i in {*by_shard, *ack_shard}:
             self._shard_due[i] = 0.0
-        after: list[Awaitable[Any]] = [self._push_call(self.shards[i], [], a, []) for i, a in ack_shard.items()]
+        shard_samples: dict[int, dict[str, Sequence[int]]] = defaultdict(dict)
+        for host, values in (samples or {}).items():
+            shard_samples[self.shard_index(host)][host] = values
+        after: list[Awaitable[Any]] = [
+            self._push_call(self.shards[i], [], ack_shard.get(i, []), [], None, shard_samples.get(i))
+            for i in set(ack_shard) | set(shard_samples)
+        ]
         if start_acks:
             after.append(self.redis.hdel(self.start_lease_key, *start_acks))
         if after:
@@ -404,6 +436,8 @@ class Frontier:
             self.node_id,
             FEED_READ,
             call,
+            self._at_start,
+            self.autothrottle.target_concurrency if self.autothrottle is not None else 0,
         ]
         return keys, args, call
 
@@ -418,14 +452,20 @@ class Frontier:
         j = news
         placed: dict[bytes, int] = {}
         while j < len(reply):
-            host, score, k = reply[j], reply[j + 1], int(reply[j + 2])
+            host, score, k, pace = reply[j], reply[j + 1], int(reply[j + 2]), reply[j + 3]
             suffix = b"\t" + score + b"\t" + host
             n = placed.get(host, 0)
-            for stored in reply[j + 3 : j + 3 + k]:
+            strict = not pace.endswith(b"a")
+            interval = float(pace.rstrip(b"a")) / 1000
+            for stored in reply[j + 4 : j + 4 + k]:
                 n += 1
-                leases.append(Lease(b"%s%d%s" % (call, n, suffix), expand_payload(stored, host)))
+                field, payload = b"%s%d%s" % (call, n, suffix), expand_payload(stored, host)
+                if interval:
+                    leases.append(Lease(field, payload, (n - 1) * interval, interval, strict))
+                else:
+                    leases.append(Lease(field, payload))
             placed[host] = n
-            j += 3 + k
+            j += 4 + k
         return int(float(due)), leases
 
     @property
@@ -441,6 +481,7 @@ class Frontier:
         failed: Sequence[str],
         duplicates: list[Any] | None,
         n: int,
+        samples: Mapping[str, Sequence[int]] | None = None,
     ) -> tuple[int | Exception, list[Lease] | Exception]:
         """:meth:`push` and then :meth:`lease` ``(n)`` in one round trip (:attr:`one_call`
         only): the two script calls sent together, the push first, so that Redis runs them in
@@ -456,7 +497,7 @@ class Frontier:
         does not know of is given back by the scheduler's reconcile)."""
         sh = self.shards[0]
         fields = [_field(a) for a in acks]
-        push_keys, push_args, full = self._push_args(sh, entries, fields, failed, duplicates is not None)
+        push_keys, push_args, full = self._push_args(sh, entries, fields, failed, duplicates is not None, samples)
         lease_keys, lease_args, call = self._lease_args(0, n)
         now = time.monotonic()
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -569,12 +610,12 @@ class Frontier:
         return make_status(nodes, counts, crawl)
 
     async def clear(self, *, leases: bool = False) -> None:
-        """Delete the queues, dupefilter (every layout, and its meta) and per-host politeness state of this crawl
-        (SCHEDULER_PERSIST=False, last node), and with ``leases`` every node's leases and
+        """Delete the queues, dupefilter (every layout, and its meta), per-host politeness state and
+        shared cookies of this crawl (SCHEDULER_PERSIST=False, last node), and with ``leases`` every node's leases and
         start-URL leases (SCHEDULER_FLUSH_ON_START). Live rates (``<spider>:rates``) stay: they
         are configuration."""
         k = self.keys
-        keys: list[Any] = [k.dupefilter_meta, k.forgets, k.scrapy_redis_queue, k.scrapy_redis_lock]
+        keys: list[Any] = [k.dupefilter_meta, k.forgets, k.scrapy_redis_queue, k.scrapy_redis_lock, k.cookies]
         # every host's priorities and lists, the Bloom bits, the packed buckets and their count,
         # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
         prefixes: list[str] = []

@@ -398,13 +398,11 @@ class Keys:
         """Per-host politeness state, ``<spider>:politeness:<host>``, a hash shared by every
         worker (the rate rule that reads it: ``scrapy_frontier/lua/lib/politeness_policy.lua``):
 
-        - ``next`` (Unix ms): lease-time due time, when the frontier may next hand out a request
-          of the host; the lease script sets it to now + ``1 / rate`` each time it leases one.
-        - ``next_send`` (Unix ms): send-time booking, when the next request to the host may be
-          sent; :meth:`Politeness.reserve <scrapy_frontier.politeness.Politeness.reserve>` moves it
-          on by ``1 / rate`` for each send. A field apart from ``next``: a request is leased
-          some time before it is sent, and one field booked by both would count every request
-          twice and halve the rate.
+        - ``next`` (Unix ms): when the host may next send, past every send booked: the lease
+          script books the sends of the requests it leases (one every ``1 / rate`` seconds from
+          now) and moves it past the last; :meth:`Politeness.reserve
+          <scrapy_frontier.politeness.Politeness.reserve>` books one more send for a request whose
+          booking did not hold (it could not leave on time, or the host was slowed down since).
         - ``pause_until`` (Unix ms): from a ``Retry-After``, or until the host's robots.txt, which
           could not be fetched, is tried again; nothing is leased or sent before.
         - ``factor`` (0-1, absent = 1): slow-down factor the rate is multiplied by; a 429 or 503
@@ -414,9 +412,12 @@ class Keys:
           rate of its own got when it was first slowed down, kept while ``factor`` < 1.
         - ``robots_delay`` (seconds): the host's robots.txt Crawl-delay; ``1 / robots_delay`` caps
           the rate.
+        - ``at_delay`` (seconds): the host's AutoThrottle delay for the whole crawl
+          (:class:`~scrapy_frontier.politeness.SharedAutoThrottle`); ``1 / at_delay`` caps the rate.
+        - ``latency`` (seconds): the download latency of the host's last response a worker reported.
 
-        The hash exists only for a host with a rate or a slow-down; the requests of a host in
-        flight are counted in the shard's :attr:`Shard.inflight` hash."""
+        The hash exists only for a host with a rate, a slow-down or AutoThrottle; the requests of a
+        host in flight are counted in the shard's :attr:`Shard.inflight` hash."""
         return f"{self.crawl}:politeness:"
 
     @property
@@ -425,6 +426,18 @@ class Keys:
         ``DOMAIN_RATE_LIMIT``: slowed down or paused after a 429/503, or with a robots.txt
         Crawl-delay (``@`` keeps it apart from host names)."""
         return f"{self.crawl}:politeness:@limited"
+
+    @property
+    def cookies(self) -> str:
+        """The crawl's shared cookie jar (``COOKIES_SHARED``): a hash, one field per cookie (JSON
+        ``[jar, domain, path, name]``, ``jar`` the request's ``cookiejar`` meta key) -> the cookie
+        (JSON, :mod:`scrapy_frontier.downloadermiddlewares.cookies`). Cleared with the crawl."""
+        return f"{self.crawl}:cookies"
+
+    @property
+    def cookie_events(self) -> str:
+        """Pub/sub channel: the cookies a worker set or deleted, for the other workers' jars."""
+        return f"{self.crawl}:cookies:@events"
 
     @property
     def politeness_events(self) -> str:

@@ -130,13 +130,15 @@ class Heartbeat:
         self.clock = clock or ServerClock()
         #: ``scrapy forget`` calls counted at the last beat (``Keys.forgets``; None before).
         self.forgets: bytes | None = None
+        #: The nodes in the registry at the last beat, this one included (the dead until reaped).
+        self.nodes = 1
 
     def beat(self) -> bool:
         """Record one heartbeat. Returns False when the node was not in the registry: either it
         is joining, or it had been declared dead (then ``on_dropped`` is called)."""
         info_key = self.keys.node_info(self.node_id)
         sent = time.time()
-        added, now = self._beat(keys=[self.keys.nodes], args=[self.node_id])
+        added, now, self.nodes = self._beat(keys=[self.keys.nodes], args=[self.node_id])
         self.clock.measured(int(now), sent, time.time())
         # Another hash slot than the registry on a Redis Cluster: a second call, not a transaction.
         if self._started is None:
@@ -160,8 +162,8 @@ class Heartbeat:
                 # Redis restarted empty, or a replica that had not synced was promoted (of the
                 # whole crawl, or of one Cluster master's shards): this node was not declared
                 # dead, the crawl's state went
+                self.lost_key = lost[0]  # before the flag: the scheduler's loop may read both at once
                 self.state_lost = True
-                self.lost_key = lost[0]
                 self._on_state_lost()
         if added and self._joined and not self.state_lost:
             self._on_dropped()

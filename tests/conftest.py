@@ -56,6 +56,10 @@ SPIDERS = (
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
 FAST = {
     "AUTOTHROTTLE_ENABLED": "False",
+    # every worker its own CONCURRENT_REQUESTS_PER_DOMAIN, so that the workers of a one-host test
+    # site share its pages (the polite default, one worker's 8 for the whole crawl, lets the worker
+    # that finishes a page take the next: test_politeness.py's tests of the defaults)
+    "DOMAIN_CONCURRENCY": "0",
     "TELNETCONSOLE_ENABLED": "False",
     "LOG_LEVEL": "INFO",
     "FRONTIER_HEARTBEAT_INTERVAL": "1",
@@ -66,7 +70,16 @@ FAST = {
 
 def pytest_collection_modifyitems(config, items):
     """Slow tests first: the parallel workers (pytest-xdist) then end together instead of one of
-    them finishing a long test alone."""
+    them finishing a long test alone. ``CRAWLER_TIMING=skip`` leaves out the tests marked
+    ``timing``, ``CRAWLER_TIMING=only`` every other (tests/run.sh runs them apart, one at a time)."""
+    timing = os.environ.get("CRAWLER_TIMING", "")
+    if timing in ("skip", "only"):
+        keep, dropped = [], []
+        for item in items:
+            (keep if (item.get_closest_marker("timing") is None) == (timing == "skip") else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 

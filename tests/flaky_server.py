@@ -5,10 +5,15 @@
 - ``/fixed/<id>``: 500 until the file ``<LOG>.fixed`` exists, then 200.
 - ``/site/<n>``: page n of a binary tree of SITE_PAGES pages (env, default 60), linking to
   pages 2n+1 and 2n+2; answered after SITE_DELAY_MS milliseconds (env, default 0), and then
-  logged again as ``<unix time> END <path>``.
+  logged again as ``<unix time> END <path>``. With SITE_SLOTS (env), at most that many are
+  being worked on at once, the others wait in line: the latency grows with the load, as a real
+  server's does. ``<LOG>.slower`` holding a number multiplies SITE_DELAY_MS by it from then on.
 - ``/sbn``: 200; ``/sbn/``: 302 to ``/bn``; ``/bn``: 503 the first time, then 302 to ``/sbn``
   (a retried request that redirects onto a page crawled already).
 - ``/profile``: 302 to itself with ``Set-Cookie: s=1`` until the request has that cookie, then 200.
+- ``/login``: 200 with ``Set-Cookie: auth=ok``, linking to ``/members/0`` and ``/profile``;
+  ``/members/<n>``: 403 without that cookie, else page n of a binary tree of SITE_PAGES pages,
+  answered after SITE_DELAY_MS milliseconds.
 - ``/huge/<MB>``: an HTML page of that many megabytes (with Content-Length);
   ``/huge-unsized/<MB>`` the same without it (the body ends when the connection closes).
 - ``/loop``: 302 to itself, always.
@@ -33,6 +38,7 @@ from pathlib import Path
 HOST, PORT, LOG = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 PAGES = int(os.environ.get("SITE_PAGES", "60"))
 DELAY = int(os.environ.get("SITE_DELAY_MS", "0")) / 1000
+SLOTS = threading.Semaphore(int(os.environ.get("SITE_SLOTS", "0")) or 10_000)
 _seen: set[str] = set()
 _lock = threading.Lock()
 
@@ -63,6 +69,17 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": "/bn"})
         if self.path == "/bn":
             return self._send(503, b"busy") if first else self._send(302, b"", {"Location": "/sbn"})
+        if self.path == "/login":
+            links = '<a href="/members/0">members</a> <a href="/profile">profile</a>'
+            page = f"<html><head><title>login</title></head><body>{links}</body></html>".encode()
+            return self._send(200, page, {"Set-Cookie": "auth=ok; Path=/"})
+        if self.path.startswith("/members/"):
+            if "auth=ok" not in (self.headers.get("Cookie") or ""):
+                return self._send(403, b"log in first")
+            n = int(self.path.split("/")[2])
+            time.sleep(DELAY)
+            links = "".join(f'<a href="/members/{k}">{k}</a> ' for k in (2 * n + 1, 2 * n + 2) if k < PAGES)
+            return self._send(200, f"<html><head><title>member {n}</title></head><body>{links}</body></html>".encode())
         if self.path == "/profile" and "s=1" not in (self.headers.get("Cookie") or ""):
             return self._send(302, b"", {"Location": "/profile", "Set-Cookie": "s=1; Path=/"})
         if self.path.startswith(("/huge/", "/huge-unsized/")):
@@ -82,7 +99,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/site/"):
             n = int(self.path.split("/")[2])
             if DELAY:
-                time.sleep(DELAY)
+                slower = Path(f"{LOG}.slower")
+                with SLOTS:
+                    time.sleep(DELAY * (float(slower.read_text()) if slower.exists() else 1))
                 with _lock, LOG.open("a") as f:
                     f.write(f"{time.time():.3f} END {self.path}\n")
             links = "".join(f'<a href="/site/{k}">{k}</a> ' for k in (2 * n + 1, 2 * n + 2) if k < PAGES)

@@ -33,6 +33,7 @@ def skewed(offset: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize(("offset", "late"), [("+120s", False), ("-120s", False), ("+120s", True)])
 def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_worker, redis_url, redis_client):  # noqa: F811
     server = recording_server("127.0.0.12", pages=PAGES, delay_ms=300)
@@ -88,10 +89,10 @@ def test_a_worker_with_a_skewed_clock(offset, late, recording_server, start_work
     )
     assert max(fetched.values()) == 1, "a URL was fetched twice"
     assert len(fetched) == PAGES
-    # the rate, plus a burst of one, over 2 s: arrival times at the server jitter by a few hundred
-    # ms on a loaded machine (CI: 7 in 1 s at 5/s), while a worker going by its own skewed clock
-    # would send every page at once
-    assert max_in_window(times, 2.0) <= 2 * RATE + 1
+    # the rate, plus a burst of one, over 2 s, and one more: arrival times at the server jitter by a
+    # few hundred ms on a loaded machine (7 in 1 s and 12 in 2 s at 5/s with image builds running
+    # beside), while a worker going by its own skewed clock would send every page at once
+    assert max_in_window(times, 2.0) <= 2 * RATE + 2
     # a share each of what was left once both took leases: a worker going by its own skewed clock
     # would wait 2 minutes for a host due now and get none (on a loaded 2-core machine the late
     # worker under libfaketime may get as little as a fifth of what is left)

@@ -259,7 +259,7 @@ def _crawl_with_fault(cluster_url, site, start_worker, mysql_url, mysql_query, f
     from tests.test_faults import wait_stored
 
     env = {"REDIS_URL": cluster_url, "MYSQL_URL": mysql_url}
-    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+    settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.015"}
     workers = [start_worker(settings=settings, env=env) for _ in range(2)]
     for w in workers:
         w.wait_for("Joined the crawl")
@@ -399,7 +399,7 @@ def test_sentinel_primary_killed_mid_crawl_loses_nothing(sentinel, tmp_path, sta
     site = HttpServer(DOCS, "127.0.0.15", log=tmp_path / "access.log")
     try:
         env = {"REDIS_URL": url, "MYSQL_URL": mysql_url}
-        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.015"}
         workers = [start_worker(settings=settings, env=env) for _ in range(2)]
         for w in workers:
             w.wait_for("Joined the crawl")
@@ -517,7 +517,7 @@ def test_a_master_that_loses_its_data_mid_crawl_stops_the_crawl_in_one_line(
     site = HttpServer(DOCS, "127.0.0.14")
     try:
         env = {"REDIS_URL": redis_cluster.url, "MYSQL_URL": mysql_url}
-        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+        settings = {"MAX_IDLE_TIME_BEFORE_CLOSE": "6", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.015"}
         workers = [start_worker(settings=settings, env=env) for _ in range(2)]
         for w in workers:
             w.wait_for("Joined the crawl")

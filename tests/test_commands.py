@@ -554,3 +554,51 @@ def test_status_watch_needs_a_positive_number(seconds, redis_url):
     done = run(["status", "site", "--watch", seconds], {"REDIS_URL": redis_url})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: --watch needs a positive number of seconds"], done.stderr
+
+
+def test_status_shows_the_busy_hosts_and_what_holds_each_back(redis_url, redis_client):
+    """The hosts with the most requests in flight across the crawl (the frontier's in-flight
+    counts), each with its delay between sends, its last latency and what holds it back: a pause,
+    the rate rule that sets its delay (here a rate, a Crawl-delay), a slow-down, the concurrency
+    cap. Read from the politeness hashes the workers keep, as the Lua policy reads them; a live rate
+    that is not a number is ignored, as the scripts ignore it."""
+    now_ms = int(redis_client.time()[0] * 1000)
+    redis_client.hset("site:politeness:@inflight", mapping={"@": "x" * 80, "a.example": 8, "b.example": 2, "c": 1})
+    redis_client.hset("site:politeness:a.example", mapping={"at_delay": 0.25, "latency": 1.0})
+    redis_client.hset("site:politeness:b.example", mapping={"robots_delay": 2, "factor": 0.5, "at_delay": 0.1})
+    redis_client.hset("site:politeness:c", mapping={"pause_until": now_ms + 60_000})
+    redis_client.hset("site:rates", mapping={"b.example": 10, "c": "abc"})
+    # nothing in flight: d is listed for its pause (its robots.txt unreachable), e (a Crawl-delay) is not
+    redis_client.hset("site:politeness:d", mapping={"pause_until": now_ms + 60_000})
+    redis_client.hset("site:politeness:e", mapping={"robots_delay": 5})
+    redis_client.sadd("site:politeness:@limited", "d", "e", "b.example")
+    env = {"REDIS_URL": redis_url}
+    status = json.loads(run(["status", "site", "--json", "-s", "DOMAIN_RATE_LIMIT=2"], env).stdout)
+    assert status["busy_hosts"] == [
+        {
+            "host": "a.example",
+            "in_flight": 8,
+            "delay_s": 0.5,
+            "latency_s": 1.0,
+            "held_back_by": ["rate", "concurrency cap"],
+        },
+        {
+            "host": "b.example",
+            "in_flight": 2,
+            "delay_s": 4.0,
+            "latency_s": None,
+            "held_back_by": ["Crawl-delay", "slowed down"],
+        },
+        {
+            "host": "c",
+            "in_flight": 1,
+            "delay_s": 0.5,
+            "latency_s": None,
+            "held_back_by": ["paused", "rate", "bad live rate ignored"],
+        },
+        {"host": "d", "in_flight": 0, "delay_s": 0.5, "latency_s": None, "held_back_by": ["paused", "rate"]},
+    ]
+    text = run(["status", "site"], env).stdout
+    assert (
+        "    a.example: 8 in flight, delay 0.250s, latency 1.000s, held back by AutoThrottle, concurrency cap" in text
+    )

@@ -294,6 +294,11 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
         # Read by two components (the scheduler and the politeness middleware): one line all the same.
         ({"DOMAIN_RATE_LIMIT": "-1"}, "DOMAIN_RATE_LIMIT"),
         ({"POLITENESS_REFRESH": "0"}, "POLITENESS_REFRESH"),
+        # read by the add-on too, before the component that reports it
+        ({"POLITENESS_ENABLED": "maybe"}, "POLITENESS_ENABLED"),
+        ({"DOMAIN_RATE_LIMITS": '{"a.example": "nan"}'}, "DOMAIN_RATE_LIMITS"),
+        ({"DOMAIN_CONCURRENCY": "-2"}, "DOMAIN_CONCURRENCY"),
+        ({"COOKIES_SHARED": "maybe"}, "COOKIES_SHARED"),
     ],
 )
 def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):
@@ -302,6 +307,8 @@ def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}=" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
+    # no start line that would read as if the defaults standing in for the refused value applied
+    assert "Politeness for the whole crawl" not in worker.output
 
 
 @pytest.mark.parametrize(
@@ -324,12 +331,29 @@ def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start
         ("DOWNLOAD_MAXSIZE", "-1", False),
         ("AUTOTHROTTLE_TARGET_CONCURRENCY", "0", True),
         ("AUTOTHROTTLE_MAX_DELAY", "soon", False),
+        # a first delay of forever: one request, then nothing for as long
+        ("AUTOTHROTTLE_START_DELAY", "inf", True),
+        # Scrapy's getbool() too, which the add-on reads before Scrapy's components
+        ("AUTOTHROTTLE_ENABLED", "maybe", True),
+        ("COOKIES_ENABLED", "maybe", True),
+        ("ROBOTSTXT_OBEY", "maybe", False),
     ],
 )
 def test_bad_scrapy_settings_stop_the_crawl_with_one_line(name, value, distributed, start_worker, redis_url):
     """Scrapy's numeric settings are checked once, by the add-on, in either mode."""
     env = {"REDIS_URL": redis_url} if distributed else {}
     worker = start_worker(settings={name: value}, env=env, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2, worker.output[-3000:]
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and f"Setting {name}={value!r}" in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output
+
+
+@pytest.mark.parametrize(("name", "value"), [("DOMAIN_RATE_LIMIT", "abc"), ("COOKIES_SHARED", "maybe")])
+def test_a_bad_distributed_setting_stops_an_embedded_crawl_too(name, value, start_worker):
+    """A setting that only acts in distributed mode is checked in embedded mode all the same: a
+    typo does not wait for the day the crawl goes distributed."""
+    worker = start_worker(settings={name: value}, args=["-a", "url=http://127.0.0.9:1/"])
     assert worker.wait(60) == 2, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}={value!r}" in errors[0], worker.output[-3000:]

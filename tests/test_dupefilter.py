@@ -110,7 +110,10 @@ def test_forget_lets_a_fingerprint_through_once(config, redis_client):
         ({"DUPEFILTER_BLOOM_ERROR_RATE": "2"}, "DUPEFILTER_BLOOM_ERROR_RATE=2.0: must be between 0 and 1"),
         ({"DUPEFILTER_BLOOM_CAPACITY": "many"}, "DUPEFILTER_BLOOM_CAPACITY='many' is not a valid int"),
         ({"DUPEFILTER_BLOOM_CAPACITY": "inf"}, "DUPEFILTER_BLOOM_CAPACITY='inf' is not a valid int"),
-        ({"DUPEFILTER_RECRAWL_AGE": "inf"}, "DUPEFILTER_RECRAWL_AGE=inf: must be a number of seconds >= 0"),
+        (
+            {"DUPEFILTER_RECRAWL_AGE": "inf"},
+            "DUPEFILTER_RECRAWL_AGE='inf' is not a valid float: a finite number is needed",
+        ),
     ],
 )
 def test_bad_dedup_settings_are_named(settings, message):

@@ -21,7 +21,8 @@ from tests.servers import DOCS, HttpServer
 #: Whole crawls with servers stopped, killed or installed: minutes (pytest -m "not slow" skips them).
 pytestmark = pytest.mark.slow
 
-SLOW = {"MAX_IDLE_TIME_BEFORE_CLOSE": "4", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.03"}
+#: DOWNLOAD_DELAY holds for the whole crawl: about 66 pages a second from all the workers together.
+SLOW = {"MAX_IDLE_TIME_BEFORE_CLOSE": "4", "CONCURRENT_REQUESTS": "4", "DOWNLOAD_DELAY": "0.015"}
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     # A crawl of 20 s or more: time for several kills. A killed worker's leases come back after
     # FRONTIER_NODE_TIMEOUT (8 s here, 30 by default), so the crawl does not wait for the last one.
-    slower = {**SLOW, "DOWNLOAD_DELAY": "0.25", "FRONTIER_HEARTBEAT_INTERVAL": "2", "FRONTIER_NODE_TIMEOUT": "8"}
+    slower = {**SLOW, "DOWNLOAD_DELAY": "0.08", "FRONTIER_HEARTBEAT_INTERVAL": "2", "FRONTIER_NODE_TIMEOUT": "8"}
     pages = len(expected(logged_site))
     workers = [start_worker(settings=slower, env=env) for _ in range(3)]
     for w in workers:
@@ -310,6 +311,9 @@ def test_sigterm_returns_leases_at_once(logged_site, start_worker, redis_url, re
             **SLOW,
             "FRONTIER_PREFETCH": "100",
             "DOWNLOAD_DELAY": "1",
+            # this worker's own delay, and no cap across the workers: it holds what it took
+            "DOMAIN_RATE_LIMIT": "0",
+            "DOMAIN_CONCURRENCY": "0",
             "CONCURRENT_REQUESTS": "1",
             "FRONTIER_NODE_TIMEOUT": "60",
             "REDIS_START_URLS_BATCH_SIZE": "200",

@@ -4,6 +4,7 @@ import asyncio
 import json
 import time
 
+import pytest
 import redis
 import redis.asyncio
 from scrapy.settings import Settings
@@ -363,20 +364,27 @@ def test_unlease_gives_an_orphaned_start_url_back(redis_url):
 
 def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
     """A host paused (Retry-After) or with a Crawl-delay is in the limited set, and its politeness
-    hash is read at lease time: nothing of the paused one, one request of the delayed one. A host
-    without either is leased from its queue alone and gets no politeness hash."""
+    hash is read at lease time: nothing of the paused one, nothing of the one whose robots.txt
+    request took the send Crawl-delay seconds before, one request of a delayed one not sent to yet
+    (its rate, 1/10 s, allows one in the next second). A host without either is leased from its
+    queue alone and gets no politeness hash."""
     from scrapy_frontier.politeness import Politeness
 
     async def go(f, r):
-        await f.push([entry(f"{h}{i}", host=h) for h in "abc" for i in range(2)])
+        await f.push([entry(f"{h}{i}", host=h) for h in "abcd" for i in range(2)])
         politeness = Politeness(r, KEYS)
         await politeness.slow_down("a", pause=30)
         await politeness.set_robots_delay("b", 10)
-        taken = sorted(payloads(await f.lease(10)))
-        return taken, await r.exists(KEYS.politeness_prefix + "c")
+        await r.hset(KEYS.politeness_prefix + "d", "robots_delay", 10)
+        await r.sadd(KEYS.shard_of("d").limited, "d")
+        leases = await f.lease(10)
+        return leases, await r.exists(KEYS.politeness_prefix + "c")
 
-    taken, c_state = run(with_frontier(redis_url, go))
-    assert taken == [b'{"url":"b0"}', b'{"url":"c0"}', b'{"url":"c1"}']
+    leases, c_state = run(with_frontier(redis_url, go))
+    assert sorted(payloads(leases)) == [b'{"url":"c0"}', b'{"url":"c1"}', b'{"url":"d0"}']
+    assert [(lease.send_in, lease.interval, lease.strict) for lease in leases if lease.payload.endswith(b'd0"}')] == [
+        (0.0, 10.0, True)
+    ]
     assert c_state == 0
 
 
@@ -595,3 +603,115 @@ def test_no_seen_feed_is_written_or_read_when_off(redis_url):
         return f.fed, await r.exists(KEYS.shard(0).seen_feed)
 
     assert run(with_frontier(redis_url, go)) == ([], 0)
+
+
+def test_the_shared_autothrottle_moves_a_hosts_delay_by_scrapys_rule(redis_url):
+    """Latencies sent with a push move the host's delay in Redis exactly as Scrapy's AutoThrottle
+    moves a download slot's (its own ``_adjust_delay``, run here on the same responses): a 200
+    pulls the delay toward latency / target, an error page only ever raises it, within the bounds.
+    A node that joins later (or restarts) leases the host at that delay."""
+    from types import SimpleNamespace
+
+    from scrapy.extensions.throttle import AutoThrottle
+    from scrapy.http import Response
+
+    from scrapy_frontier.politeness import SharedAutoThrottle
+
+    shared = SharedAutoThrottle(target_concurrency=4.0, start_delay=0.5, min_delay=0.01, max_delay=2.0)
+    # (latency in seconds, status): falling latencies, an error page answering fast, a slow spell
+    responses = [(0.4, 200), (0.2, 200), (0.2, 200), (0.01, 500), (0.1, 200), (9.0, 200), (0.3, 503)]
+    responses += [(0.2, 200), (0.1, 200), (0.1, 200), (0.1, 200)]
+    scrapy_at = AutoThrottle.__new__(AutoThrottle)
+    scrapy_at.target_concurrency, scrapy_at.mindelay, scrapy_at.maxdelay = 4.0, 0.01, 2.0
+    slot = SimpleNamespace(delay=0.5)
+    expected = []
+    for latency, status in responses:
+        scrapy_at._adjust_delay(slot, latency, Response("http://h/", status=status))
+        expected.append(slot.delay)
+    samples = [int(lat * 1e6) if status == 200 else -1 - int(lat * 1e6) for lat, status in responses]
+
+    async def go(f, r):
+        got = []
+        for sample in samples:
+            await f.push([], samples={"h": [sample]})
+            got.append(float(await r.hget(KEYS.politeness_prefix + "h", "at_delay")))
+        await f.push([entry(f"u{i}") for i in range(10)])
+        later = Frontier(r, KEYS, "n2", autothrottle=shared)
+        return got, await later.lease(10)
+
+    got, leases = run(with_frontier(redis_url, go, autothrottle=shared))
+    assert got == pytest.approx(expected)
+    delay = expected[-1]
+    # the next second's worth of requests, one every `delay` seconds, booked from now, but no more
+    # than AutoThrottle's target concurrency
+    assert len(leases) == min(4, max(1, int(1 / delay)))
+    assert [lease.send_in for lease in leases] == pytest.approx([k * delay for k in range(len(leases))], abs=1e-3)
+    assert [(lease.interval, lease.strict) for lease in leases] == [(pytest.approx(delay, abs=1e-3), False)] * len(
+        leases
+    )
+    assert len(leases) > 1
+
+
+def test_autothrottle_samples_in_one_push_apply_in_order(redis_url):
+    """Several responses' latencies in one push are applied one after the other, as they came."""
+    from scrapy_frontier.politeness import SharedAutoThrottle
+
+    shared = SharedAutoThrottle(target_concurrency=2.0, start_delay=1.0, min_delay=0.0, max_delay=10.0)
+
+    async def go(f, r):
+        await f.push([], samples={"h": [400_000, 400_000], "g": [-1 - 4_000_000]})
+        return await r.hmget(KEYS.politeness_prefix + "h", "at_delay", "latency"), await r.hget(
+            KEYS.politeness_prefix + "g", "at_delay"
+        )
+
+    (h_delay, h_latency), g_delay = run(with_frontier(redis_url, go, autothrottle=shared))
+    # 1.0 -> (1.0 + 0.2) / 2 = 0.6 -> (0.6 + 0.2) / 2 = 0.4; an error page of 4 s raises g's to 2.0
+    assert (float(h_delay), float(h_latency), float(g_delay)) == pytest.approx((0.4, 0.4, 2.0))
+
+
+@pytest.mark.parametrize("bad", ["-3", "abc", "nan", "inf"])
+def test_a_live_rate_that_is_not_a_number_from_0_up_is_ignored(bad, redis_url):
+    """A live rate (``<spider>:rates``) that is negative, not a number, NaN or infinite does not lift the
+    host's limit: the host keeps DOMAIN_RATE_LIMIT (2/s: a second's worth is 2 requests, 0.5 s apart)."""
+
+    async def go(f, r):
+        await f.push([entry(f"u{i}") for i in range(10)])
+        await r.hset(KEYS.rates, "h", bad)
+        return await f.lease(10)
+
+    leases = run(with_frontier(redis_url, go, default_rate=2.0))
+    assert [(lease.send_in, lease.interval, lease.strict) for lease in leases] == [(0.0, 0.5, True), (0.5, 0.5, True)]
+
+
+def test_send_bookings_of_one_turn_go_in_one_call_and_follow_each_other(redis_url):
+    """Bookings asked for together (requests that could not leave at their lease-time booking)
+    are made in one politeness_reserve call: three sends to a host at 4/s wait 0, 0.25 and 0.5 s,
+    a host without a rate waits for nothing and gets no politeness hash, and the host's next
+    send time is past the last booking."""
+    from scrapy_frontier.politeness import Politeness
+
+    async def go(f, r):
+        politeness = Politeness(r, KEYS, default_rate=4.0)
+        await r.hset(KEYS.rates, "free", "0")
+        script, calls = politeness._reserve, []
+
+        async def counted(**kwargs):  # the script's calls, counted here: Redis's commandstats are the server's
+            calls.append(kwargs)
+            return await script(**kwargs)
+
+        politeness._reserve = counted
+        waits = await asyncio.gather(*(politeness.reserve(h) for h in ("h", "free", "h", "h")))
+        seconds, micros = await r.time()
+        now_ms = seconds * 1000 + micros // 1000
+        return (
+            waits,
+            calls,
+            int(await r.hget(KEYS.politeness_prefix + "h", "next")) - now_ms,
+            await r.exists(KEYS.politeness_prefix + "free"),
+        )
+
+    waits, calls, next_in, free_state = run(with_frontier(redis_url, go))
+    assert waits[1] == 0.0 and free_state == 0
+    assert [waits[0], waits[2], waits[3]] == pytest.approx([0.0, 0.25, 0.5], abs=0.02)
+    assert len(calls) == 1
+    assert 700 <= next_in <= 750

@@ -10,6 +10,8 @@ import dataclasses
 import json
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import lxml.html
@@ -309,3 +311,22 @@ def test_an_unknown_extractor_stops_the_crawl_at_start(start_worker):
     worker = start_worker(settings={"PAGE_TEXT_EXTRACTOR": "fast"}, args=["-a", "url=http://127.0.0.2/"])
     assert worker.wait() == 2, worker.output[-3000:]
     assert "PAGE_TEXT_EXTRACTOR must be one of trafilatura, rule, not 'fast'" in worker.output
+
+
+def test_the_site_spider_has_trafilatura_build_its_tables_when_created():
+    """trafilatura builds tables on its first page (justext's stop words of every language, about
+    0.3 s of CPU): the spider has that done when it is created, at start, not on the first page a
+    worker takes while it holds other requests booked to leave (a worker joining a crawl stalled
+    its host's turn by that long)."""
+    code = (
+        "import trafilatura.external as t\n"
+        "from scrapy.utils.test import get_crawler\n"
+        "from crawler.spiders.site import SiteSpider\n"
+        "assert t.JT_STOPLIST is None, 'built at import already'\n"
+        "SiteSpider.from_crawler(get_crawler(SiteSpider))\n"
+        "print(len(t.JT_STOPLIST or ()))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert int(out.split()[-1]) > 10_000

@@ -19,7 +19,9 @@ FAST = {"MAX_IDLE_TIME_BEFORE_CLOSE": "2", "SPIDER_MODULES": "crawler.spiders", 
 
 
 class RecordingServer:
-    def __init__(self, host: str, log: Path, pages: int, robots: str | None = None, delay_ms: int = 0) -> None:
+    def __init__(
+        self, host: str, log: Path, pages: int, robots: str | None = None, delay_ms: int = 0, slots: int = 0
+    ) -> None:
         self.port = free_port(host)
         self.log = log
         self.url = f"http://{host}:{self.port}"
@@ -28,6 +30,8 @@ class RecordingServer:
             env["ROBOTS_TXT"] = robots
         if delay_ms:
             env["SITE_DELAY_MS"] = str(delay_ms)
+        if slots:
+            env["SITE_SLOTS"] = str(slots)
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "flaky_server.py"), host, str(self.port), str(log)], env=env
         )
@@ -40,6 +44,23 @@ class RecordingServer:
             if path.startswith(prefix):
                 out.append(float(t))
         return sorted(out)
+
+    def load(self, since: float = 0.0, until: float = float("inf")) -> tuple[float, float, float]:
+        """The /site/ requests' (mean number in the server at once, median latency in seconds,
+        pages answered per second), from the first arrival to the last answer, of those that
+        arrived from ``since`` to ``until`` (Unix times)."""
+        arrived: dict[str, float] = {}
+        spans = []
+        for line in self.log.read_text().splitlines():
+            t, rest = line.split(" ", 1)
+            if rest.startswith("/site/"):
+                arrived.setdefault(rest, float(t))
+            elif rest.startswith("END /site/"):
+                if since <= arrived[rest.removeprefix("END ")] < until:
+                    spans.append((arrived[rest.removeprefix("END ")], float(t)))
+        start, end = min(a for a, _ in spans), max(b for _, b in spans)
+        latencies = sorted(b - a for a, b in spans)
+        return sum(latencies) / (end - start), latencies[len(latencies) // 2], len(spans) / (end - start)
 
     def most_at_once(self) -> int:
         """The largest number of /site/ requests being answered at the same time."""
@@ -65,8 +86,10 @@ class RecordingServer:
 def recording_server(tmp_path):
     servers = []
 
-    def start(host: str, pages: int = 60, robots: str | None = None, delay_ms: int = 0) -> RecordingServer:
-        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages, robots, delay_ms))
+    def start(
+        host: str, pages: int = 60, robots: str | None = None, delay_ms: int = 0, slots: int = 0
+    ) -> RecordingServer:
+        servers.append(RecordingServer(host, tmp_path / f"{host}.log", pages, robots, delay_ms, slots))
         return servers[-1]
 
     yield start
@@ -83,14 +106,143 @@ def max_in_window(times: list[float], window: float = 1.0) -> int:
     return best
 
 
+def crawled(start_workers, redis_url, redis_client, n: int, settings: dict, *start_urls: str) -> list:
+    """``n`` workers of ``site`` with ``settings``, given ``start_urls``, run to their end (exit 0)."""
+    workers = start_workers(n, settings=settings, env={"REDIS_URL": redis_url})
+    redis_client.lpush("site:start_urls", *start_urls)
+    for w in workers:
+        assert w.wait(120) == 0, w.output[-3000:]
+    return workers
+
+
+#: The project's own politeness (crawler/settings.py: AutoThrottle on, target concurrency 4, no rate;
+#: DOMAIN_CONCURRENCY unset: one worker's CONCURRENT_REQUESTS_PER_DOMAIN, 8, for the whole crawl).
+PROJECT_DEFAULTS = {**FAST, "DOMAIN_CONCURRENCY": "", "AUTOTHROTTLE_ENABLED": "True"}
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+@pytest.mark.parametrize("shards", ["1", "4"])
+def test_three_workers_send_a_host_no_more_at_once_than_one(
+    shards, recording_server, start_workers, redis_url, redis_client
+):
+    """No politeness setting (AutoThrottle off too): 3 workers keep at most 8 requests in a slow
+    server at once, one worker's CONCURRENT_REQUESTS_PER_DOMAIN, not 3 times that; a host its cap
+    holds is taken again as soon as a lease of it ends, sharded frontier included."""
+    server = recording_server("127.0.0.27", pages=150, delay_ms=200)
+    settings = {**FAST, "DOMAIN_CONCURRENCY": "", "FRONTIER_SHARDS": shards}  # "": unset, its default
+    crawled(start_workers, redis_url, redis_client, 3, settings, f"{server.url}/site/0")
+    load, p50, speed = server.load()
+    print(
+        f"FIGURES no politeness setting, 3 workers, {shards} shard(s): at most {server.most_at_once()} in the "
+        f"server at once, {load:.2f} on average, {speed:.1f} pages/s"
+    )
+    assert len(server.times("/site/")) == 150
+    assert server.most_at_once() <= 8
+    # 8 at a time, 0.2 s each, less each page's processing while its lease is held: not a host
+    # parked at its cap until a timeout
+    assert speed >= 0.4 * 8 / 0.2
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+def test_autothrottle_holds_the_whole_crawl_to_one_workers_load(
+    recording_server, start_workers, redis_url, redis_client
+):
+    """A server that works on 2 requests at once (80 ms each) and queues the rest, so its latency
+    grows with its load; the project's settings (AutoThrottle, target concurrency 4), the same
+    pages crawled by 1 worker and by 3: the 3 put no more load on it (requests in it at once,
+    their median latency) than one, within 25 %, and go at least 0.9 times as fast."""
+    figures = []
+    for n, host in ((1, "127.0.0.21"), (3, "127.0.0.22")):
+        server = recording_server(host, pages=160, delay_ms=80, slots=2)
+        crawled(start_workers, redis_url, redis_client, n, PROJECT_DEFAULTS, f"{server.url}/site/0")
+        assert len(server.times("/site/")) == 160
+        figures.append(server.load())
+    (one_load, one_p50, one_speed), (three_load, three_p50, three_speed) = figures
+    print(
+        f"FIGURES AutoThrottle, 1 worker: {one_load:.2f} in the server at once, latency p50 {one_p50:.3f}s, "
+        f"{one_speed:.1f} pages/s; 3 workers: {three_load:.2f}, {three_p50:.3f}s, {three_speed:.1f} pages/s"
+    )
+    assert three_load <= 1.25 * one_load
+    assert three_p50 <= 1.25 * one_p50
+    assert three_speed >= 0.9 * one_speed
+
+
+@pytest.mark.timing
+@pytest.mark.slow
+def test_every_worker_slows_down_when_the_server_does(recording_server, start_workers, redis_url, redis_client):
+    """3 workers, AutoThrottle on, and a server (2 at once, 40 ms each) whose service time triples
+    mid-crawl: from a second later, the load on it (requests in it at once) is what AutoThrottle
+    aims at (its target concurrency, 4, within 25 %), as one AutoThrottle would bring it back (the
+    3 workers sending as before would pile up 3 times the requests): the delay they share grew."""
+    server = recording_server("127.0.0.25", pages=400, delay_ms=40, slots=2)
+    workers = start_workers(3, settings=PROJECT_DEFAULTS, env={"REDIS_URL": redis_url})
+    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
+    deadline = time.monotonic() + 60
+    while len(server.times("/site/")) < 150 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    before = float(redis_client.hget("site:politeness:127.0.0.25", "at_delay"))
+    changed = time.time()
+    Path(f"{server.log}.slower").write_text("3")
+    time.sleep(1.5)
+    after = float(redis_client.hget("site:politeness:127.0.0.25", "at_delay"))
+    for w in workers:
+        assert w.wait(180) == 0, w.output[-3000:]
+    load_before, p50_before, speed_before = server.load(until=changed)
+    load, p50, speed = server.load(since=changed + 1)
+    print(
+        f"FIGURES server 3x slower mid-crawl, 3 workers: shared delay {before * 1000:.0f} -> {after * 1000:.0f} ms; "
+        f"before: {load_before:.2f} in the server at once, latency p50 {p50_before:.3f}s, {speed_before:.1f} pages/s; "
+        f"from 1 s after: {load:.2f}, {p50:.3f}s, {speed:.1f} pages/s"
+    )
+    assert after > before
+    assert load <= 1.25 * 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["4", "16"])
+def test_a_rate_holds_with_autothrottle_on_and_across_redirects(
+    target, recording_server, start_workers, redis_url, redis_client
+):
+    """DOMAIN_RATE_LIMIT=20 with AutoThrottle on, pages answering in 0.3 s, 2 workers, and links
+    that redirect to a second host limited to 1/s: neither host gets more than its rate and one
+    (docs/politeness.md's burst) in any 1-s window. Each request leaves at the time booked for it
+    (a redirect's against its target host), not after waiting in a worker's download slot. At a
+    target concurrency of 4, AutoThrottle's rate (4 / 0.3 s) is the stricter; at 16, the 20/s."""
+    site = recording_server("127.0.0.23", pages=120, delay_ms=300)
+    redirected = recording_server("127.0.0.24", pages=8)
+    settings = {
+        **PROJECT_DEFAULTS,
+        "AUTOTHROTTLE_TARGET_CONCURRENCY": target,
+        "DOMAIN_RATE_LIMIT": "20",
+        "DOMAIN_RATE_LIMITS": '{"127.0.0.24": 1}',
+    }
+    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
+    redis_client.lpush(
+        "site:start_urls",
+        f"{site.url}/site/0",
+        *(f"{site.url}/goto/127.0.0.24:{redirected.port}/site/{k}" for k in range(4)),
+    )
+    for w in workers:
+        assert w.wait(180) == 0, w.output[-3000:]
+    on_site, on_target = site.times("/site/"), redirected.times("/site/")
+    print(
+        f"FIGURES rate 20/s with AutoThrottle (target {target}): {len(on_site)} requests, most in any 1 s: "
+        f"{max_in_window(on_site)}, "
+        f"gaps under 20 ms: {sum(1 for a, b in zip(on_site, on_site[1:]) if b - a < 0.02)}; redirect target at "
+        f"1/s: {len(on_target)} requests, most in any 1 s: {max_in_window(on_target)}"
+    )
+    assert len(on_site) == 120 and len(on_target) == 8
+    assert max_in_window(on_site) <= 21
+    assert max_in_window(on_target) <= 2
+
+
 @pytest.mark.slow
 def test_three_workers_share_one_rate_limit(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.11", pages=60)
     settings = {**FAST, "DOMAIN_RATE_LIMIT": "5"}
-    workers = start_workers(3, settings=settings, env={"REDIS_URL": redis_url})
-    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
-    for w in workers:
-        assert w.wait(120) == 0, w.output[-3000:]
+    workers = crawled(start_workers, redis_url, redis_client, 3, settings, f"{server.url}/site/0")
     times = server.times("/site/")
     print(
         f"FIGURES rate=5/s: {len(times)} requests in {times[-1] - times[0]:.1f}s, most in any 1 s window: "
@@ -160,10 +312,7 @@ def test_retry_after_pauses_the_host_for_every_worker(rate, recording_server, st
 def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.14", pages=7, robots="User-agent: *\nDisallow: /private\nCrawl-delay: 2\n")
     settings = {**FAST, "ROBOTSTXT_OBEY": "True"}
-    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
-    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
-    for w in workers:
-        assert w.wait(120) == 0, w.output[-3000:]
+    workers = crawled(start_workers, redis_url, redis_client, 2, settings, f"{server.url}/site/0")
     assert server.times("/private") == []
     assert len(server.times("/robots.txt")) == 1
     times = server.times("/")
@@ -177,10 +326,7 @@ def test_robots_txt_fetched_once_and_its_crawl_delay_shared(recording_server, st
 def test_concurrency_cap_holds_across_workers(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.15", pages=30, delay_ms=300)
     settings = {**FAST, "DOMAIN_CONCURRENCY": "2", "CONCURRENT_REQUESTS": "8", "SCHEDULER_PERSIST": "True"}
-    workers = start_workers(2, settings=settings, env={"REDIS_URL": redis_url})
-    redis_client.lpush("site:start_urls", f"{server.url}/site/0")
-    for w in workers:
-        assert w.wait(120) == 0, w.output[-3000:]
+    crawled(start_workers, redis_url, redis_client, 2, settings, f"{server.url}/site/0")
     print(f"FIGURES DOMAIN_CONCURRENCY=2, two workers of 8: most requests at once {server.most_at_once()}")
     assert len(server.times("/site/")) == 30
     assert server.most_at_once() == 2
@@ -254,3 +400,25 @@ def test_an_unreachable_robots_txt_is_tried_again_less_and_less_often_then_count
 def enc(fields: dict) -> dict[bytes, bytes]:
     """``fields`` as Redis gives them back."""
     return {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in fields.items()}
+
+
+def test_sessions_follow_the_host_across_workers(recording_server, start_workers, redis_url, redis_client):
+    """A site whose member pages answer 403 without the cookie /login sets, and a page that sets a
+    cookie and redirects to itself, crawled by 2 workers: the cookie one worker got is sent by
+    both (COOKIES_SHARED, the default), no page answers 403, and every page is fetched once."""
+    server = recording_server("127.0.0.26", pages=40, delay_ms=100)
+    # two requests at a time each, so that both workers take pages
+    settings = {**FAST, "DOMAIN_CONCURRENCY": "0", "FRONTIER_PREFETCH": "2", "CONCURRENT_REQUESTS": "2"}
+    workers = crawled(start_workers, redis_url, redis_client, 2, settings, f"{server.url}/login")
+    members = [path for path in (line.split(" ", 1)[1] for line in server.log.read_text().splitlines())]
+    members = [p for p in members if p.startswith("/members/")]
+    print(
+        f"FIGURES shared cookies: {len(members)} member pages fetched, 403s: "
+        f"{[w.stat('downloader/response_status_count/403') for w in workers]}, 200s per worker: "
+        f"{[w.stat('downloader/response_status_count/200') for w in workers]}, profile: {server.times('/profile')}"
+    )
+    assert sorted(members) == sorted(f"/members/{n}" for n in range(40)), members
+    assert [w.stat("downloader/response_status_count/403") for w in workers] == [0, 0]
+    assert all(w.stat("downloader/response_status_count/200") > 0 for w in workers)
+    assert len(server.times("/profile")) == 2  # the redirect that sets the cookie, then the page
+    assert sum(w.stat("cookies/shared") for w in workers) >= 2

@@ -53,12 +53,37 @@ def join_once(crawler, node="n1"):
 # -- config ----------------------------------------------------------------------------------
 
 
+def test_a_download_delay_and_autothrottle_hold_for_the_whole_crawl(redis_url, caplog):
+    """DOWNLOAD_DELAY becomes the crawl's DOMAIN_RATE_LIMIT (logged), each worker's own delay goes;
+    AutoThrottle's settings become the shared one's, and Scrapy's per-process extension is off. An
+    explicit DOMAIN_RATE_LIMIT leaves DOWNLOAD_DELAY to each worker, as Scrapy has it."""
+    from scrapy.extensions.throttle import AutoThrottle
+
+    with caplog.at_level(logging.INFO):
+        crawler = crawler_of(
+            redis_url, DOWNLOAD_DELAY=0.5, AUTOTHROTTLE_ENABLED=True, AUTOTHROTTLE_TARGET_CONCURRENCY=3
+        )
+        crawler._apply_settings()
+    config = SchedulerConfig.from_crawler(crawler)
+    assert config.domain_rate == 2.0 and crawler.settings.getfloat("DOWNLOAD_DELAY") == 0
+    assert config.autothrottle is not None
+    assert (config.autothrottle.target_concurrency, config.autothrottle.start_delay) == (3.0, 5.0)
+    assert crawler.settings.getdict("EXTENSIONS").get(AutoThrottle, "absent") is None
+    assert any("DOWNLOAD_DELAY = 0.5 holds for the whole crawl" in r.getMessage() for r in caplog.records)
+    explicit = crawler_of(redis_url, DOWNLOAD_DELAY=0.5, DOMAIN_RATE_LIMIT=0)
+    explicit._apply_settings()
+    assert SchedulerConfig.from_crawler(explicit).domain_rate == 0
+    assert explicit.settings.getfloat("DOWNLOAD_DELAY") == 0.5
+
+
 def test_config_reads_every_setting_once_with_its_defaults(redis_url):
     crawler = crawler_of(redis_url, CONCURRENT_REQUESTS=24, FRONTIER_HEARTBEAT_INTERVAL=2, DOMAIN_RATE_LIMIT="1.5")
     config = SchedulerConfig.from_crawler(crawler)
     assert config.prefetch == 24  # FRONTIER_PREFETCH 0: CONCURRENT_REQUESTS
     assert config.heartbeat_interval == 2.0 and config.node_timeout == 12.0  # 6 heartbeats
-    assert config.domain_rate == 1.5 and config.domain_concurrency == 0
+    # DOMAIN_CONCURRENCY unset: one worker's CONCURRENT_REQUESTS_PER_DOMAIN (8) for the whole crawl
+    assert config.domain_rate == 1.5 and config.domain_concurrency == 8
+    assert config.autothrottle is None  # Scrapy's AUTOTHROTTLE_ENABLED: off
     assert config.shards is None and config.wait_replicas is None  # decided at join
     assert config.redis_url == redis_url and config.crawls_key == "scrapy-frontier:crawls"
     assert config.dedup is not None and not failed_at_open(crawler)

@@ -80,7 +80,7 @@ def test_key_settings_redis_pipeline_and_make_request_from_data_in_one_crawl(
             "SCHEDULER_PERSIST": "True",
             "MAX_IDLE_TIME_BEFORE_CLOSE": "1",
             "FRONTIER_POLL_MAX": "0.2",
-            "DOMAIN_RATE_LIMIT": "4",  # requests wait in the queue: SCHEDULER_QUEUE_KEY seen
+            "DOMAIN_RATE_LIMIT": "2",  # requests wait in the queue: SCHEDULER_QUEUE_KEY seen
             "ROBOTSTXT_OBEY": "False",
         },
         env={"REDIS_URL": redis_url},

@@ -52,7 +52,16 @@ def test_a_default_given_as_a_value_passes_its_own_check(name, monkeypatch):
         ("STORAGE_BATCH_SIZE", "abc", "Setting STORAGE_BATCH_SIZE='abc' is not a valid int"),
         ("STORAGE_BATCH_SIZE", "0", "Setting STORAGE_BATCH_SIZE='0' is out of range: it must be >= 1"),
         ("POLITENESS_REFRESH", "0", "Setting POLITENESS_REFRESH='0' is out of range: it must be > 0"),
-        ("POLITENESS_REFRESH", "nan", "Setting POLITENESS_REFRESH='nan' is not a valid float"),
+        (
+            "POLITENESS_REFRESH",
+            "nan",
+            "Setting POLITENESS_REFRESH='nan' is not a valid float: a finite number is needed",
+        ),
+        (
+            "DOMAIN_RATE_LIMIT",
+            "inf",
+            "Setting DOMAIN_RATE_LIMIT='inf' is not a valid float: a finite number is needed",
+        ),
         ("VALIDATION_ENABLED", "maybe", "Setting VALIDATION_ENABLED='maybe' is not a valid bool"),
         ("REDIS_PARAMS", "[1", "Setting REDIS_PARAMS='[1' is not a valid dict"),
     ],

@@ -12,7 +12,7 @@ from scrapy.linkextractors import IGNORED_EXTENSIONS, LinkExtractor
 from scrapy.utils.url import url_has_any_extension
 
 from crawler.items import Page
-from crawler.pagetext import EXTRACTORS, extract
+from crawler.pagetext import EXTRACTORS, extract, warm_up
 from crawler.spiders import StartUrlSpider
 from scrapy_frontier.config import fail_at_open
 
@@ -50,6 +50,7 @@ class SiteSpider(StartUrlSpider):
         extractor = crawler.settings.get("PAGE_TEXT_EXTRACTOR") or "trafilatura"
         if extractor in EXTRACTORS:
             spider.extractor = extractor
+            warm_up(extractor)
         else:
             fail_at_open(crawler, "PAGE_TEXT_EXTRACTOR must be one of %s, not %r", ", ".join(EXTRACTORS), extractor)
         return spider

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis as redis_module
 from scrapy.settings import Settings
 
+from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import (
     ConfigError,
     describe_error,
@@ -23,6 +24,7 @@ from scrapy_frontier.connection import (
     text,
 )
 from scrapy_frontier.keys import CRAWLS_KEY, Keys
+from scrapy_frontier.politeness import busiest, busy_hosts, concurrency_cap, read_busy_hosts, read_limited_sample
 from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
 from scrapy_frontier.scripts import source
 from scrapy_frontier.status import read_status
@@ -34,11 +36,14 @@ if TYPE_CHECKING:
     import redis
 
 
-def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False) -> dict[str, Any]:
+def crawl_status(
+    client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = False, settings: Settings | None = None
+) -> dict[str, Any]:
     """Frontier, leases, workers, dead-letter counts and cluster totals (``<spider>:stats``, as
     ``totals``: field -> int, e.g. ``pages``, ``items_stored``, ``responses/200``) of one crawl,
-    its name (``crawl``: ``<spider>`` or ``<spider>@<CRAWL_ID>``) and ``state``
-    (:func:`crawl_state`)."""
+    its name (``crawl``: ``<spider>`` or ``<spider>@<CRAWL_ID>``), ``state``
+    (:func:`crawl_state`) and its ``busy_hosts`` (:func:`read_busy`, with the live workers' rate
+    and cap, else those ``settings`` give)."""
     status = read_status(client, keys, deep=True, start_urls_as_set=start_urls_as_set)
     seconds, micros = client.time()  # the server's clock, as the heartbeats (a worker's may be off)
     now = seconds + micros / 1e6
@@ -78,6 +83,16 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
             }
         )
     start_invalid, items_invalid, items_pending, totals = answers[-4:]
+    # the crawl's DOMAIN_RATE_LIMIT and DOMAIN_CONCURRENCY as a live worker applies them (its -s and
+    # environment, recorded in its node info), else as this command's settings give them
+    settings = settings or Settings()
+    rate = float(read_value(settings, "DOMAIN_RATE_LIMIT") or 0.0)
+    cap = concurrency_cap(read_value(settings, "DOMAIN_CONCURRENCY"), settings)
+    for i in range(len(nodes)):
+        info = answers[per_node * i]
+        if b"domain_rate" in info and b"domain_concurrency" in info:
+            rate, cap = float(info[b"domain_rate"]), int(info[b"domain_concurrency"])
+            break
     return {
         "crawl": keys.crawl,
         "spider": keys.spider,
@@ -100,7 +115,27 @@ def crawl_status(client: redis.Redis, keys: Keys, *, start_urls_as_set: bool = F
         },
         "idle": status.idle,
         "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
+        "busy_hosts": read_busy(client, keys, rate, cap, now),
     }
+
+
+def read_busy(client: redis.Redis, keys: Keys, rate: float, cap: int, now: float) -> list[dict[str, Any]]:
+    """The busy hosts of the crawl (:func:`~scrapy_frontier.politeness.busy_hosts`), read with
+    ``rate`` (``DOMAIN_RATE_LIMIT``, requests/second) and ``cap`` (``DOMAIN_CONCURRENCY``).
+    ``now``: the server's Unix time."""
+    shards = keys.all_shards()
+    with client.pipeline(transaction=False) as pipe:
+        for sh in shards:
+            pipe.hgetall(sh.inflight)
+        read_limited_sample(pipe, keys)
+        replies = pipe.execute()
+        counts = busiest(replies[: len(shards)], limited=replies[len(shards) :])
+    if not counts:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        read_busy_hosts(pipe, keys, counts)
+        replies = pipe.execute()
+    return busy_hosts(counts, replies, rate, cap, now)
 
 
 def crawl_state(idle: bool, workers: int) -> str:
@@ -202,7 +237,7 @@ class Command(RedisCommand):
             redraw = not opts.json and sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
             try:
                 while True:
-                    result = crawl_status(client, keys, start_urls_as_set=as_set)
+                    result = crawl_status(client, keys, start_urls_as_set=as_set, settings=self.settings)
                     if redraw:
                         # Cursor home, the new text with each line's old tail cleared, then the rest
                         # of the screen (ECMA-48 CUP, EL, ED): one write, no blank flash.
@@ -217,7 +252,7 @@ class Command(RedisCommand):
                     time.sleep(opts.watch)
             except KeyboardInterrupt:
                 return None
-        return crawl_status(client, keys, start_urls_as_set=as_set)
+        return crawl_status(client, keys, start_urls_as_set=as_set, settings=self.settings)
 
     def describe(self, result: dict[str, Any]) -> str:
         f, d = result["frontier"], result["dead_letters"]
@@ -234,8 +269,20 @@ class Command(RedisCommand):
             f"{plural(d['items_invalid'], 'invalid item')}, {plural(d['items_pending'], 'item')} pending",
             "  totals (estimates: every worker since the crawl began, less the last seconds of one killed): "
             + (", ".join(f"{k} {v}" for k, v in result["totals"].items()) or "none yet"),
-            f"  workers: {len(result['workers'])}",
+            f"  busy hosts: {len(result['busy_hosts']) or 'none'}"
+            + (
+                " (in flight across the crawl, time between sends, last latency, held back by)"
+                if result["busy_hosts"]
+                else ""
+            ),
         ]
+        for h in result["busy_hosts"]:
+            latency = f"{h['latency_s']:.3f}s" if h["latency_s"] is not None else "-"
+            lines.append(
+                f"    {h['host']}: {h['in_flight']} in flight, delay {h['delay_s']:.3f}s, latency {latency}, "
+                f"held back by {', '.join(h['held_back_by']) or 'nothing'}"
+            )
+        lines.append(f"  workers: {len(result['workers'])}")
         for w in result["workers"]:
             metrics = f", metrics on {w['metrics']}" if w.get("metrics") else ""
             lines.append(

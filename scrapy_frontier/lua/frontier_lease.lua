@@ -9,22 +9,35 @@
 -- ARGV[4] concurrency cap per host (0 = none), ARGV[5] politeness prefix (+ host), ARGV[6] the last
 -- seen-feed entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this
 -- node's id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique among
--- this node's calls: its count of calls, in hexadecimal, and a '.')
+-- this node's calls: its count of calls, in hexadecimal, and a '.'), ARGV[10] the shared
+-- AutoThrottle's start delay (seconds; '': off; with it on, every host has a rate), ARGV[11] its
+-- target concurrency
+-- A host with a rate (politeness_policy) gives at most the requests it may send in the next
+-- HORIZON_MS, one every 1 / rate seconds from now, and when AutoThrottle sets the rate, at most
+-- its target concurrency (about one latency's worth: a delay that grows applies within one
+-- latency): their send times are booked here ('next' moves past the last), so a worker sends them
+-- without another call (politeness_reserve books afresh one that could not leave on time).
 -- Returns {due_in, feed_last, k, then k fingerprint lists, then for each host and priority leased
--- from: host, score, m, then m payloads as stored}:
+-- from: host, score, m, pace, then m payloads as stored}:
 --   due_in: in how many ms the earliest queued host is due (0: now, and always after a call that
 --     leased; -1: nothing queued): a duration, as a worker's clock is never compared with the server's
 --   feed_last: the id of the last seen-feed entry read ('' without a feed); the k lists: the
 --     fingerprints that other nodes pushed since ARGV[6] (as frontier_push writes them)
+--   pace: '0' for a host without a rate, else the ms between two of its sends (the n-th payload of
+--     the host in the reply, over its priorities, may be sent (n - 1) x pace ms from now), followed
+--     by 'a' when only AutoThrottle sets its rate (politeness_policy's strict)
 -- Each payload is leased as the field ARGV[9] .. place .. '\t' .. score .. '\t' .. host -> the payload,
 -- place being its rank among its host's payloads in the reply (1, 2, ...).
 --! include politeness_policy
 --! include redis_time
 --! include frontier_queue
 local PARK_MS = 30000
+local HORIZON_MS = 1000
 local now, now_text = redis_now_ms()
 local prefix, want = ARGV[1], tonumber(ARGV[2])
 local default_rate, cap, pprefix = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local at_start = ARGV[10] ~= '' and tonumber(ARGV[10])
+local at_ahead = at_start and math.max(1, math.ceil(tonumber(ARGV[11])))
 -- a parked host's score, as text: formatted once a call (only with a cap), not once a host
 local park_text = cap > 0 and string.format('%d', now + PARK_MS)
 local INFLIGHT = pprefix .. '@inflight'
@@ -91,10 +104,10 @@ while want > 0 and offset < visit_max do
   if sets then
     for j, host in ipairs(hosts) do ranked[host] = sets[j] == 1 end
   end
-  if default_rate > 0 or limited or rates then
+  if default_rate > 0 or limited or rates or at_start then
     for j, host in ipairs(hosts) do
-      live[host] = rates and num(rates[j]) or nil
-      rated[host] = default_rate > 0 or (limited and limited[j] == 1) or live[host] ~= nil
+      live[host] = rates and rate_num(rates[j]) or nil
+      rated[host] = at_start or default_rate > 0 or (limited and limited[j] == 1) or live[host] ~= nil
     end
   end
   local left = hosts
@@ -104,8 +117,10 @@ while want > 0 and offset < visit_max do
     for idx, host in ipairs(left) do
       local take = math.ceil(want / (#left - idx + 1))
       local inflight = held[host]
-      local rate, next_lease, pause = 0, 0, 0
-      if rated[host] then rate, next_lease, pause = policy_of(pprefix .. host, live[host], default_rate, 'next') end
+      local rate, next_lease, pause, _, strict = 0, 0, 0, 1, false
+      if rated[host] then
+        rate, next_lease, pause, _, strict = policy_of(pprefix .. host, live[host], default_rate, at_start)
+      end
       local due = math.max(next_lease, pause)
       if due > now then
         rescore[host] = due
@@ -115,7 +130,12 @@ while want > 0 and offset < visit_max do
         take = 0
       end
       if take > 0 then
-        if rate > 0 then take = 1 end
+        local pace = '0'
+        if rate > 0 then
+          take = math.min(take, math.max(1, math.floor(HORIZON_MS * rate / 1000)))
+          if not strict and at_ahead then take = math.min(take, at_ahead) end
+          pace = string.format(strict and '%.3f' or '%.3fa', 1000 / rate)
+        end
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
         local k = placed[host] or 0
@@ -123,8 +143,8 @@ while want > 0 and offset < visit_max do
         for _, group in ipairs(groups) do
           local score, payloads = group[1], group[2]
           local suffix = '\t' .. score .. '\t' .. host
-          out[nout + 1], out[nout + 2], out[nout + 3] = host, score, #payloads
-          nout = nout + 3
+          out[nout + 1], out[nout + 2], out[nout + 3], out[nout + 4] = host, score, #payloads, pace
+          nout = nout + 4
           for _, payload in ipairs(payloads) do
             k = k + 1
             fields[nfields + 1], fields[nfields + 2] = call .. (places[k] or int_text[k]) .. suffix, payload
@@ -139,7 +159,7 @@ while want > 0 and offset < visit_max do
         if got > 0 then counted[host] = true end
         local ready, ready_text = now, now_text
         if rate > 0 then
-          ready = now + math.ceil(1000 / rate)
+          ready = now + math.ceil(got * 1000 / rate)
           ready_text = ready
           redis.call('HSET', pprefix .. host, 'next', ready)
         end

@@ -12,7 +12,11 @@
 --     priority, oldest first; (dedup key, member) is, packed, a bucket's key and the fingerprint's
 --     int64, in the other layouts (hex fingerprint, ''), and ('', '') skips dedup;
 --   n_ack_groups x (host ('' for start URLs' leases), k, then k lease fields), one group a host;
---   n_failed x dead-letter entry (JSON); then the last ten:
+--   n_failed x dead-letter entry (JSON);
+--   the shared AutoThrottle's latency samples: n_at_hosts, and when it is not 0, the target
+--   concurrency, the minimum, maximum and start delays (seconds), then n_at_hosts x (host, k, then
+--   k samples, oldest first: a response's download latency in µs, as -1 - latency for a response
+--   that is not a 200); then the last ten:
 --   politeness prefix (+ host), Bloom bits prefix, dedup layout ('packed', 'set', 'zset', 'bloom'),
 --   recrawl age (ms), Bloom capacity, Bloom error rate, concurrency cap per host (0 = none), report
 --   duplicates (1/0), this node's id, seen feed length (entries kept, about; 0 = no feed)
@@ -149,6 +153,30 @@ end
 for _ = 1, nf do
   redis.call('LPUSH', KEYS[4], ARGV[i])
   i = i + 1
+end
+-- AutoThrottle's delay rule (Scrapy's scrapy.extensions.throttle.AutoThrottle._adjust_delay), once
+-- per response of any worker, on the host's delay for the whole crawl (at_delay, seconds): the mean
+-- of the delay and latency / target, or the latter when larger, within the bounds; a response
+-- that is not a 200 may raise the delay, never lower it
+local nat = int_of(argv[i])
+if nat > 0 then
+  local target, lo, hi, start = tonumber(argv[i + 1]), tonumber(argv[i + 2]), tonumber(argv[i + 3]), tonumber(argv[i + 4])
+  i = i + 5
+  for _ = 1, nat do
+    local state, k = pprefix .. argv[i], int_of(argv[i + 1])
+    local delay = tonumber(call('HGET', state, 'at_delay') or '') or start
+    local latency = 0
+    for j = i + 2, i + 1 + k do
+      local sample = tonumber(argv[j])
+      local ok = sample >= 0
+      latency = (ok and sample or -1 - sample) / 1e6
+      local want = latency / target
+      local new = math.min(math.max(lo, math.max(want, (delay + want) / 2)), hi)
+      if ok or new > delay then delay = new end
+    end
+    call('HSET', state, 'at_delay', delay, 'latency', latency)
+    i = i + 2 + k
+  end
 end
 if duplicates then
   table.insert(duplicates, 1, added)

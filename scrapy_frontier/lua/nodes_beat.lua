@@ -3,7 +3,8 @@
 -- maxmemory (allow-oom), so that no live node is taken for dead while Redis refuses writes.
 -- KEYS[1] nodes index (<spider>:nodes, score = last heartbeat, Unix ms)
 -- ARGV[1] node id
--- Returns {1 if the node was not registered (joining, or declared dead meanwhile), now (Unix ms)}.
+-- Returns {1 if the node was not registered (joining, or declared dead meanwhile), now (Unix ms),
+-- the nodes registered (this one included)}.
 --! include redis_time
 local now = redis_now_ms()
-return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now}
+return {redis.call('ZADD', KEYS[1], now, ARGV[1]), now, redis.call('ZCARD', KEYS[1])}

@@ -1,13 +1,25 @@
--- politeness_reserve: book the next send to a host, just before the request is sent: the send
--- time is max(now, next_send, pause_until), and next_send moves on by 1 / rate (a generic cell
--- rate algorithm with a burst of one).
--- KEYS[1] the host's politeness hash, KEYS[2] rates hash (the shard's copy of <spider>:rates)
--- ARGV[1] host, ARGV[2] default rate (requests/second, 0 = none)
--- Returns the ms to wait before sending (the times are the server's: redis_time).
+-- politeness_reserve: book sends to hosts whose requests are about to leave without a send time
+-- booked at lease time that still holds (frontier_lease books those): each send time is
+-- max(now, next, pause_until), and next moves on by 1 / rate (a generic cell rate algorithm with
+-- a burst of one; lease-time and send-time bookings share the one 'next').
+-- Every key is of one frontier shard (one hash slot on a Redis Cluster): KEYS[1] the shard's rates
+-- hash (its copy of <spider>:rates); the hosts' politeness hashes are ARGV[1] .. host.
+-- ARGV[1] politeness prefix (+ host), ARGV[2] default rate (requests/second, 0 = none), ARGV[3]
+-- the shared AutoThrottle's start delay (seconds; '': off), then the hosts, one per send (a host
+-- named twice books two sends, one after the other)
+-- Returns, per host in ARGV order, the ms to wait before sending (the times are the server's:
+-- redis_time).
 --! include politeness_policy
 --! include redis_time
 local now = redis_now_ms()
-local rate, next_send, pause = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), 'next_send')
-local t = math.max(now, next_send, pause)
-if rate > 0 then redis.call('HSET', KEYS[1], 'next_send', t + math.ceil(1000 / rate)) end
-return t - now
+local pprefix, default_rate = ARGV[1], tonumber(ARGV[2])
+local at_start = ARGV[3] ~= '' and tonumber(ARGV[3])
+local waits = {}
+for i = 4, #ARGV do
+  local host = ARGV[i]
+  local rate, next_send, pause = policy(pprefix .. host, KEYS[1], host, default_rate, at_start)
+  local t = math.max(now, next_send, pause)
+  if rate > 0 then redis.call('HSET', pprefix .. host, 'next', t + math.ceil(1000 / rate)) end
+  waits[#waits + 1] = t - now
+end
+return waits

@@ -9,7 +9,7 @@
 --! include politeness_policy
 --! include redis_time
 local now = redis_now_ms()
-local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), 'next_send')
+local rate, _, pause, factor = policy(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), false)
 factor = math.max(tonumber(ARGV[3]), factor / 2)
 redis.call('HSET', KEYS[1], 'factor', factor)
 if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[5]) end

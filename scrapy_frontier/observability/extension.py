@@ -42,6 +42,7 @@ from scrapy_frontier.observability.server import (
     stop_server,
 )
 from scrapy_frontier.observability.totals import WAIT_STAT, ClusterTotals, Gauges
+from scrapy_frontier.politeness import domain_concurrency, domain_rate
 from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.signals import items_stored
 
@@ -172,6 +173,8 @@ class Observability:
                     node_id_of(self.crawler),
                     start_urls_as_set=self.start_urls_as_set,
                     health=redis_health(self.crawler),
+                    default_rate=domain_rate(self.crawler),
+                    concurrency_cap=domain_concurrency(self.crawler),
                 )
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -250,3 +253,14 @@ class Observability:
         ):
             if value is not None:
                 gauge.set(value)
+        # the busy hosts of this refresh only: a host no longer busy leaves the series
+        for metric in (m.host_in_flight, m.host_delay_seconds, m.host_latency_seconds, m.host_held_back):
+            metric.clear()
+        for host in gauges.busy_hosts:
+            name = host["host"]
+            m.host_in_flight.labels(spider=spider, host=name).set(host["in_flight"])
+            m.host_delay_seconds.labels(spider=spider, host=name).set(host["delay_s"])
+            if host["latency_s"] is not None:
+                m.host_latency_seconds.labels(spider=spider, host=name).set(host["latency_s"])
+            for reason in host["held_back_by"]:
+                m.host_held_back.labels(spider=spider, host=name, reason=reason).set(1)

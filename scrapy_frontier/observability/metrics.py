@@ -95,6 +95,31 @@ METRICS: tuple[MetricSpec, ...] = (
         "Hosts under a rate limit, a pause or a robots.txt Crawl-delay, cluster-wide (distributed mode).",
     ),
     MetricSpec(
+        "crawler_host_in_flight",
+        Gauge,
+        ("spider", "host"),
+        "Requests in flight to a busy host across the crawl (the 10 busiest; distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_host_delay_seconds",
+        Gauge,
+        ("spider", "host"),
+        "Seconds between two requests to a busy host, from its strictest rule (0: none; distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_host_latency_seconds",
+        Gauge,
+        ("spider", "host"),
+        "Download latency of a busy host's last response, as the shared AutoThrottle saw it (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_host_held_back",
+        Gauge,
+        ("spider", "host", "reason"),
+        "1 for each rule that holds a busy host back: rate, Crawl-delay, AutoThrottle, slowed down, paused, "
+        "concurrency cap (distributed mode).",
+    ),
+    MetricSpec(
         "crawler_politeness_wait_seconds_total",
         Counter,
         ("spider",),
@@ -112,7 +137,8 @@ class Metrics:
     Attributes are named after the metric without the ``crawler_`` prefix and the ``_total``
     suffix (``pages``, ``responses``, ``items_stored``, ``items_dropped``, ``retries``,
     ``download_latency_seconds``, ``frontier_depth``, ``leases_inflight``, ``dead_letters``,
-    ``throttled_hosts``, ``politeness_wait_seconds``); each is the labelled parent metric.
+    ``throttled_hosts``, ``host_in_flight``, ``host_delay_seconds``, ``host_latency_seconds``,
+    ``host_held_back``, ``politeness_wait_seconds``); each is the labelled parent metric.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -136,6 +162,10 @@ class Metrics:
     leases_inflight: Gauge
     dead_letters: Gauge
     throttled_hosts: Gauge
+    host_in_flight: Gauge
+    host_delay_seconds: Gauge
+    host_latency_seconds: Gauge
+    host_held_back: Gauge
     politeness_wait_seconds: Counter
 
 

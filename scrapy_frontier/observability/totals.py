@@ -5,7 +5,8 @@ Every worker adds what its counters grew by since its last refresh to ``<spider>
 ``scrapy status`` and the cluster's progress line show. In the same pipeline, sent together with
 the frontier's status script (:meth:`Frontier.status <scrapy_frontier.frontier.Frontier.status>`,
 so the key logic stays there), it reads the gauges of the crawl (frontier depth, this worker's
-leases, dead letters, throttled hosts) and re-records the worker's metrics address in its node
+leases, dead letters, throttled hosts, and the busy hosts with what holds each back: a second
+round trip, when any host has requests in flight) and re-records the worker's metrics address in its node
 info hash (``lua/hash_set_if_exists.lua``: only while the heartbeat keeps the hash).
 """
 
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_frontier.connection import REDIS_FAILURES, client_failure, describe_error
 from scrapy_frontier.frontier import Frontier
+from scrapy_frontier.politeness import busiest, busy_hosts, read_busy_hosts, read_limited_sample
 from scrapy_frontier.redis_health import RedisHealth
 from scrapy_frontier.scripts import source
 from scrapy_frontier.status import Status
@@ -73,6 +75,8 @@ class Gauges:
     items_invalid: int | None
     #: Hosts slowed down, paused or with a Crawl-delay (``<spider>:politeness:@limited``).
     throttled_hosts: int | None
+    #: The busy hosts (:func:`scrapy_frontier.politeness.busy_host`), most requests in flight first.
+    busy_hosts: list[dict[str, Any]] = field(default_factory=list)
 
 
 class ClusterTotals:
@@ -89,8 +93,14 @@ class ClusterTotals:
         *,
         start_urls_as_set: bool = False,
         health: RedisHealth | None = None,
+        default_rate: float = 0.0,
+        concurrency_cap: int = 0,
     ) -> None:
+        """``default_rate`` and ``concurrency_cap``: the crawl's ``DOMAIN_RATE_LIMIT`` and
+        ``DOMAIN_CONCURRENCY``, which the busy hosts are read with."""
         self.redis = client
+        self.default_rate = default_rate
+        self.concurrency_cap = concurrency_cap
         self.keys = keys
         self.node_id = node_id
         self.frontier = Frontier(client, keys, node_id, start_urls_as_set=start_urls_as_set)
@@ -128,6 +138,8 @@ class ClusterTotals:
                 pipe.llen(k.items_invalid)
                 for sh in shards:
                     pipe.scard(sh.limited)
+                for sh in shards:
+                    pipe.hgetall(sh.inflight)
                 if address:
                     # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
                     pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)
@@ -171,4 +183,27 @@ class ClusterTotals:
         leases = None if None in reads[:n] else sum(v or 0 for v in reads[:n])
         start_invalid, items_invalid = reads[n : n + 2]
         limited = None if None in reads[n + 2 :] else sum(v or 0 for v in reads[n + 2 :])
-        return Gauges(status.depth, status.failed, leases, start_invalid, items_invalid, limited)
+        inflight = results[len(deltas) + 2 * n + 2 : len(deltas) + 3 * n + 2]
+        busy = [] if any(isinstance(v, Exception) for v in inflight) else await self._busy_hosts(inflight)
+        return Gauges(status.depth, status.failed, leases, start_invalid, items_invalid, limited, busy)
+
+    async def _busy_hosts(self, inflight: list[dict[bytes, bytes]]) -> list[dict[str, Any]]:
+        """The busy hosts of every shard's in-flight hash, their politeness state read in one
+        round trip (none when no host has requests in flight); [] when Redis fails it."""
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                read_limited_sample(pipe, self.keys)
+                limited = await pipe.execute()
+        except REDIS_FAILURES:
+            return []
+        counts = busiest(inflight, limited=limited)
+        if not counts:
+            return []
+        try:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.time()
+                read_busy_hosts(pipe, self.keys, counts)
+                (seconds, micros), *replies = await pipe.execute()
+        except REDIS_FAILURES:
+            return []
+        return busy_hosts(counts, replies, self.default_rate, self.concurrency_cap, seconds + micros / 1e6)

@@ -87,6 +87,8 @@ class FrontierScheduler(BaseScheduler):
         self.crawler.signals.connect(self._record_crawl, signals.spider_opened)
         self.crawler.signals.connect(loop.on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
+        if config.autothrottle is not None:
+            self.crawler.signals.connect(loop.response_downloaded, signals.response_downloaded)
         scrapy_internals.after_scrape(self.crawler, loop.leases.scraped)
         scrapy_internals.after_downloader_request(self.crawler, loop.leases.handed_on)
         loop.start()

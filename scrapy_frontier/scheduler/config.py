@@ -10,6 +10,7 @@ from scrapy_frontier.connection import ConfigError, redis_url
 from scrapy_frontier.defaults import TABLE
 from scrapy_frontier.dupefilter import DedupConfig
 from scrapy_frontier.keys import crawl_id_error
+from scrapy_frontier.politeness import SharedAutoThrottle, domain_concurrency, domain_rate
 from scrapy_frontier.scrapy_redis_compat import close_after, queue_order, spider_options, waits_for_start_urls
 from scrapy_frontier.serialize import is_utf8
 
@@ -41,6 +42,8 @@ class SchedulerConfig:
     #: closes (0: not set).
     idle_close: float
     persist: bool
+    #: AutoThrottle for the whole crawl (None: off).
+    autothrottle: SharedAutoThrottle | None
     #: Start-URL payloads taken per call, and the largest accepted (bytes).
     start_batch: int
     start_max_bytes: int
@@ -145,13 +148,14 @@ class SchedulerConfig:
             poll_max=read_setting(crawler, "FRONTIER_POLL_MAX"),
             idle_close=read_setting(crawler, "MAX_IDLE_TIME_BEFORE_CLOSE"),
             persist=read_setting(crawler, "SCHEDULER_PERSIST"),
+            autothrottle=SharedAutoThrottle.from_crawler(crawler),
             start_batch=read_setting(crawler, "REDIS_START_URLS_BATCH_SIZE"),
             start_max_bytes=read_setting(crawler, "REDIS_START_URLS_MAX_BYTES"),
             start_as_set=read_setting(crawler, "REDIS_START_URLS_AS_SET"),
             encoding=encoding,
             flush_on_start=read_setting(crawler, "SCHEDULER_FLUSH_ON_START"),
-            domain_rate=read_setting(crawler, "DOMAIN_RATE_LIMIT"),
-            domain_concurrency=read_setting(crawler, "DOMAIN_CONCURRENCY"),
+            domain_rate=domain_rate(crawler),
+            domain_concurrency=domain_concurrency(crawler),
             local_seen_max=read_setting(crawler, "FRONTIER_LOCAL_SEEN"),
             shards=shards,
             rates_refresh=read_setting(crawler, "POLITENESS_REFRESH"),

@@ -230,6 +230,7 @@ async def join(
         start_urls_as_set=config.start_as_set,
         default_rate=config.domain_rate,
         concurrency_cap=config.domain_concurrency,
+        autothrottle=config.autothrottle,
         dedup=dedup,
         wait_replicas=wait_replicas_for(config, client),
         wait_timeout=config.wait_timeout,

@@ -32,8 +32,8 @@ from scrapy_frontier.connection import REDIS_FAILURES, describe_error
 from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
-from scrapy_frontier.payload import START_PREFIX
-from scrapy_frontier.politeness import sync_rates
+from scrapy_frontier.payload import START_PREFIX, lease_host
+from scrapy_frontier.politeness import SEND_AT_META, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
@@ -43,6 +43,7 @@ from scrapy_frontier.wording import plural
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
     from scrapy_frontier.redis_health import RedisHealth
     from scrapy_frontier.scheduler.config import SchedulerConfig
@@ -52,8 +53,17 @@ logger = logging.getLogger(__name__)
 
 #: Requests one push call sends at most.
 _PUSH_BATCH = 1000
+#: Latency samples a host keeps until the next flush, the newest (a flush sends them all).
+_SAMPLES_PER_HOST = 100
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
+#: Seconds past a host's due time that a worker holding leases of its own waits before it asks,
+#: when other workers are registered: at a host whose rate binds, the idle worker takes the next
+#: turn, and the workers of a one-host crawl share it rather than the first one keeping it. At
+#: most _YIELD_SHARE of the wait between the worker's last lease and the due time, so that short
+#: turns (AutoThrottle's) lose little when no worker is idle.
+_YIELD_TO_IDLE = 0.03
+_YIELD_SHARE = 0.05
 
 
 def _payload_request(payload: str | bytes) -> str:
@@ -120,12 +130,17 @@ class FrontierLoop:
         self._stopping = False
         self._poll_delay = 0.0
         self._next_poll = 0.0
+        self._turn: float | None = None
         self._idle_since: float | None = None
         self._idle_confirmed = False
         self._outage_since: float | None = None
         self._last_task_error: str | None = None  # logged once while it repeats
         self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
         self._rates: dict[bytes, bytes] | None = None
+        #: The shared AutoThrottle's latency samples not yet sent, by host (Frontier.push).
+        self._samples: dict[str, list[int]] = {}
+        #: Each host's seconds between sends, from its last lease (AUTOTHROTTLE_DEBUG's line only).
+        self._pace: dict[str, float] = {}
         self._next_rates = 0.0
         self._started = time.time()
 
@@ -195,6 +210,32 @@ class FrontierLoop:
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
         return "queued"
+
+    def response_downloaded(self, response: Response, request: Request) -> None:
+        """Keep ``response``'s download latency for the shared AutoThrottle (sent with the next
+        flush), as Scrapy's AutoThrottle takes it: not when ``download_latency`` is missing or
+        ``autothrottle_dont_adjust_delay`` is set in meta."""
+        latency = request.meta.get("download_latency")
+        if latency is None or request.meta.get("autothrottle_dont_adjust_delay", False) is True:
+            return
+        host = queue_host(urlparse_cached(request).hostname)
+        micros = int(latency * 1e6)
+        samples = self._samples.setdefault(host, [])
+        samples.append(micros if response.status == 200 else -1 - micros)
+        if len(samples) > _SAMPLES_PER_HOST:
+            del samples[0]
+        autothrottle = self.config.autothrottle
+        if autothrottle is not None and autothrottle.debug:
+            logger.info(
+                "host: %(host)s | the crawl's delay: %(delay)5d ms | latency: %(latency)5d ms | size: %(size)6d B",
+                {
+                    "host": host,
+                    "delay": self._pace.get(host, autothrottle.start_delay) * 1000,
+                    "latency": latency * 1000,
+                    "size": len(response.body),
+                },
+                extra={"spider": self.spider},
+            )
 
     def _filtered(self, request: Request) -> None:
         """A request dropped as a duplicate: counted, and logged as Scrapy's dupefilter does
@@ -268,7 +309,7 @@ class FrontierLoop:
         if self._state_lost:
             return
         if self.heartbeat.state_lost:
-            self._lose_state()
+            self._lose_state(self.heartbeat.lost_key)
             return
         if self._outage_since is not None and await self._epoch_gone():
             return  # a restart is an outage: the crawl's state must have survived it before anything is written
@@ -290,16 +331,24 @@ class FrontierLoop:
                 return
             got = await self._refill() if self._refill_due() else None
         if got is not None:
+            due = self.frontier.next_due_in
             if got:
                 self._poll_delay = 0.0
+                self._turn = None
                 scrapy_internals.wake_engine(self.crawler)
             else:
                 self._poll_delay = min(self.config.poll_max, max(0.05, self._poll_delay * 2))
+                if self._turn is None and 0 <= due <= self.config.poll_max:
+                    # the wait for the next due host, first seen after a lease (a host parked at its
+                    # concurrency cap, due in 30 s, is no turn: an acknowledgement brings it back)
+                    self._turn = due
             delay = self._poll_delay
-            due = self.frontier.next_due_in
-            if not got and due >= 0:
-                # a host is queued but not due yet (politeness): come back when it is
-                delay = min(delay, max(0.005, due))
+            if not got and due >= 0 and delay >= due:
+                # a host is queued but not due yet (politeness): come back when it is, or a moment
+                # later when holding leases and another worker may be idle
+                busy = len(self.leases) and self.heartbeat.nodes > 1
+                give = min(_YIELD_TO_IDLE, _YIELD_SHARE * (self._turn or 0.0)) if busy else 0.0
+                delay = max(0.005, due + give)
             self._next_poll = time.monotonic() + delay
         if self._outage_since is not None or time.monotonic() >= self._next_reconcile:
             await self._reconcile()
@@ -382,7 +431,8 @@ class FrontierLoop:
             duplicates: list[Any] | None = (
                 [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
             )
-            added = await self.frontier.push(entries, acks, failed, duplicates)
+            samples = self._take_samples() if last else None
+            added = await self.frontier.push(entries, acks, failed, duplicates, samples)
             self._pushed(entries, acks, failed, added, duplicates)
 
     def _pushed(
@@ -401,6 +451,8 @@ class FrontierLoop:
             self._wait_short_seen = self.frontier.wait_short
         del self._to_push[: len(entries)]
         del to_ack[: len(acks)]
+        if acks and self.frontier.concurrency_cap:
+            self._next_poll = 0.0  # a host the cap held may be due again
         del to_fail[: len(failed)]
         if entries:
             self.stats.inc_value("dupefilter/filtered", len(entries) - added)
@@ -413,8 +465,7 @@ class FrontierLoop:
     async def _refill(self) -> int:
         want = self.config.prefetch - len(self._local)
         leases = await self.frontier.lease(want)
-        if not leases:
-            await self._feed_start_urls()
+        if not leases and await self._feed_start_urls():
             await self._flush()
             leases = await self.frontier.lease(want)
         return self._take(leases)
@@ -427,7 +478,7 @@ class FrontierLoop:
         duplicates: list[Any] | None = (
             [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
         )
-        added, leases = await self.frontier.push_lease(entries, acks, failed, duplicates, want)
+        added, leases = await self.frontier.push_lease(entries, acks, failed, duplicates, want, self._take_samples())
         # each call's outcome is kept whatever the other's: leases taken are this worker's to
         # crawl, a push made is not to be made again
         got = 0 if isinstance(leases, Exception) else self._take(leases)
@@ -436,21 +487,36 @@ class FrontierLoop:
         self._pushed(entries, acks, failed, added, duplicates)
         if isinstance(leases, Exception):
             raise leases
-        if not got:
-            await self._feed_start_urls()
+        if not got and await self._feed_start_urls():
             await self._flush()
             got = self._take(await self.frontier.lease(want))
         return got
 
+    def _take_samples(self) -> dict[str, list[int]] | None:
+        """The latency samples to send, taken out of the buffer (a failed flush loses them: a
+        delay misses a few responses, nothing else)."""
+        samples, self._samples = self._samples, {}
+        return samples or None
+
     def _take(self, leases: list[Lease]) -> int:
         """Queue locally the requests of ``leases`` (an unreadable one goes to the dead
-        letters); learn the seen feed's news. Returns how many leases."""
+        letters), those with a send booked in the order of their send times, after the others
+        (their time in meta, :data:`~scrapy_frontier.politeness.SEND_AT_META`); learn the seen
+        feed's news. Returns how many leases."""
+        now = time.monotonic()
+        debug = self.config.autothrottle is not None and self.config.autothrottle.debug
+        if any(lease.send_in > 0 for lease in leases):
+            leases = sorted(leases, key=lambda lease: lease.send_in)
         for lease in leases:
             try:
                 request = request_from_json(lease.payload, self.spider)
             except Exception as exc:
                 self.leases.unreadable(lease, exc)
                 continue
+            if lease.send_in >= 0:
+                request.meta[SEND_AT_META] = (now + lease.send_in, lease.interval, lease.strict, now)
+                if debug:
+                    self._pace[lease_host(lease.field).decode()] = lease.interval
             self.leases.take(lease, request)
             self._local.append(request)
         self.stats.inc_value("frontier/leased", len(leases))
@@ -460,7 +526,8 @@ class FrontierLoop:
             self.frontier.fed = []
         return len(leases)
 
-    async def _feed_start_urls(self) -> None:
+    async def _feed_start_urls(self) -> int:
+        """Take a batch of start URLs into the local buffers (to push). Returns how many were taken."""
         raws = await self.frontier.take_start_urls(self.config.start_batch)
         refused: list[dict[str, Any]] = []
         for raw in raws:
@@ -480,6 +547,7 @@ class FrontierLoop:
                     self.stats.inc_value("start_urls/accepted")
         # Kept (one round trip for the batch) before their leases are released by the next flush.
         await self.dead.push(self.keys.start_urls_invalid, refused)
+        return len(raws)
 
     def node_info(self) -> dict[str, Any]:
         return {
@@ -489,6 +557,9 @@ class FrontierLoop:
             "pages": self.stats.get_value("response_received_count", 0),
             "items": self.stats.get_value("item_scraped_count", 0),
             "leases": len(self.leases),
+            # the crawl's politeness as this worker applies it (scrapy status reads the busy hosts with it)
+            "domain_rate": self.config.domain_rate,
+            "domain_concurrency": self.config.domain_concurrency,
         }
 
     def dropped(self) -> None:
