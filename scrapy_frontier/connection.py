@@ -14,6 +14,7 @@ refused (:func:`url_problem`), and no URL is shown without :func:`redact_url`.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 import weakref
@@ -429,6 +430,16 @@ async def ready(client: Any) -> None:
     (connections closed under a command: ``'NoneType' object has no attribute 'writelines'``)."""
     if isinstance(client, redis.asyncio.RedisCluster):
         await client.initialize()
+
+
+async def stop_listener(task: asyncio.Task[Any] | None, timeout: float = 2.0) -> None:
+    """Cancel ``task`` (a loop over a pub/sub subscription) and wait for it to end, at most
+    ``timeout`` seconds: a spider's close must not hang on it. redis-py's pub/sub read was seen
+    to hold on to a cancellation for good after Redis restarted under it."""
+    if task is None or task.done():
+        return
+    task.cancel()
+    await asyncio.wait({task}, timeout=timeout)
 
 
 def client_failure(exc: BaseException) -> bool:

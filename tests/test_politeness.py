@@ -422,3 +422,56 @@ def test_sessions_follow_the_host_across_workers(recording_server, start_workers
     assert all(w.stat("downloader/response_status_count/200") > 0 for w in workers)
     assert len(server.times("/profile")) == 2  # the redirect that sets the cookie, then the page
     assert sum(w.stat("cookies/shared") for w in workers) >= 2
+
+
+def test_shared_cookies_read_the_jar_once_however_many_requests_ask_and_stop_at_close(redis_url):
+    """The first requests of a worker all wait for the shared jar: one watcher reads it and
+    follows the other workers' changes, and the spider's close stops it."""
+    import asyncio
+
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.downloadermiddlewares.cookies import SharedCookiesMiddleware
+
+    class CookieProbeSpider(Spider):
+        name = "cookieprobe"
+
+    async def go() -> tuple[int, bool]:
+        crawler = get_crawler(CookieProbeSpider, {"REDIS_URL": redis_url, "COOKIES_SHARED": True})
+        crawler.spider = CookieProbeSpider()
+        mw = SharedCookiesMiddleware.from_crawler(crawler)
+        requests = [Request(f"http://127.0.0.27/{n}") for n in range(5)]
+        await asyncio.gather(*(mw.process_request(r) for r in requests))
+        watchers = [t for t in asyncio.all_tasks() if "SharedCookiesMiddleware._watch" in repr(t)]
+        await mw._stop_watching()
+        return len(watchers), mw.watcher is not None and mw.watcher.done()
+
+    assert asyncio.run(go()) == (1, True)
+
+
+def test_a_listener_that_holds_on_to_its_cancellation_does_not_hang_the_close():
+    import asyncio
+
+    from scrapy_frontier.connection import stop_listener
+
+    async def stubborn(release: asyncio.Event) -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
+
+    async def go() -> tuple[float, bool]:
+        release = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(stubborn(release))
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        await stop_listener(task, timeout=0.2)
+        took, done = time.monotonic() - started, task.done()
+        release.set()
+        await task
+        return took, done
+
+    took, done = asyncio.run(go())
+    assert 0.2 <= took < 2 and not done

@@ -30,7 +30,7 @@ from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier.config import read_setting
-from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.connection import describe_error, optional_shared_redis, stop_listener
 from scrapy_frontier.keys import keys_of
 
 if TYPE_CHECKING:
@@ -117,8 +117,11 @@ class SharedCookiesMiddleware(CookiesMiddleware):
         #: This worker's mark on what it publishes (it skips its own changes).
         self.node = os.urandom(8).hex()
         self.redis: Redis | None = None
+        self.client: Redis | None = None
         self.keys: Keys | None = None
         self.watcher: asyncio.Task[None] | None = None
+        #: Set once the shared jar was read (or could not be): the first requests wait for it.
+        self.loaded: asyncio.Future[None] | None = None
         self.warned: set[str] = set()
 
     @classmethod
@@ -135,21 +138,23 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             self.stats.inc_value(name, n)
 
     async def _ready(self) -> Redis | None:
+        """The shared client once the shared jar was read; one watcher however many requests
+        ask at once."""
         if self.redis is None:
-            client = optional_shared_redis(self.crawler)
-            if client is None:
-                return None
-            self.keys = keys_of(self.crawler)
-            loaded = asyncio.get_running_loop().create_future()
-            self.watcher = asyncio.get_running_loop().create_task(self._watch(client, loaded))
-            await loaded
-            self.redis = client
+            if self.loaded is None:
+                client = optional_shared_redis(self.crawler)
+                if client is None:
+                    return None
+                self.keys = keys_of(self.crawler)
+                self.client = client
+                self.loaded = asyncio.get_running_loop().create_future()
+                self.watcher = asyncio.get_running_loop().create_task(self._watch(client, self.loaded))
+            await asyncio.shield(self.loaded)
+            self.redis = self.client
         return self.redis
 
     async def _stop_watching(self) -> None:
-        if self.watcher is not None:
-            self.watcher.cancel()
-            await asyncio.gather(self.watcher, return_exceptions=True)
+        await stop_listener(self.watcher)
 
     async def _watch(self, client: Redis, loaded: asyncio.Future[None]) -> None:
         """Subscribe to the other workers' changes, then read the whole shared jar (in that order:

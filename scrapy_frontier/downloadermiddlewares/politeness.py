@@ -15,7 +15,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier.config import fail_at_open, failed_at_open, read_setting
-from scrapy_frontier.connection import describe_error, optional_shared_redis
+from scrapy_frontier.connection import describe_error, optional_shared_redis, stop_listener
 from scrapy_frontier.downloadermiddlewares.retry import parse_retry_after
 from scrapy_frontier.downloadermiddlewares.robotstxt import ROBOTSTXT_META
 from scrapy_frontier.keys import keys_of, queue_host
@@ -169,9 +169,7 @@ class SharedPolitenessMiddleware:
         self._changed[host] = time.monotonic()
 
     async def _stop_watching(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
+        await stop_listener(self._watcher)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedPolitenessMiddleware:
