@@ -42,8 +42,15 @@ class Page(Item):
     canonical_url = Field(type=str, max_length=2048, ascii=True, on_too_long="reject")
     #: Absolute URLs of every ``<a href>`` on the page, fragments removed, in order, unique.
     links = Field(type=list)
-    #: sha256 of the response body, hex.
+    #: sha256 of the main content (title and main text), hex; of the body when the page has no
+    #: main text. What decides that a page changed (docs/revisits.md), and that its stored row
+    #: need not be written again (docs/items.md).
     content_hash = Field(type=str, required=True, max_length=64, ascii=True, on_too_long="reject")
+    #: With revisits (REVISIT_INTERVAL): when the page was first fetched, when its main content
+    #: last changed (UTC, ISO 8601; none before a change), and how many times it changed.
+    first_seen = Field(type="datetime")
+    changed_at = Field(type="datetime")
+    changes = Field(type=int)
     #: When the response arrived (UTC, ISO 8601).
     fetched_at = Field(type="datetime", required=True)
     #: Link depth from the start URL (0 for the start URL itself).

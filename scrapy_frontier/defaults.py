@@ -274,6 +274,35 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             doc="exact mode only: seconds after which a seen URL is queued again when found; 0 = never",
         ),
     ),
+    "Revisits": (
+        Setting(
+            "REVISIT_INTERVAL",
+            0.0,
+            float,
+            minimum=0,
+            default_doc="no revisits: the crawl ends when its frontier is dry",
+            range_doc="0, or from `REVISIT_MIN_INTERVAL` to `REVISIT_MAX_INTERVAL`",
+            doc="seconds after which a page fetched with a 200 is fetched again (a conditional GET), the "
+            "interval then adapting to how often the page changes; the crawl never ends by itself "
+            "([revisits.md](revisits.md))",
+        ),
+        Setting(
+            "REVISIT_MIN_INTERVAL",
+            60.0,
+            float,
+            above=0,
+            range_doc="> 0, at most `REVISIT_MAX_INTERVAL`",
+            doc="shortest revisit interval (seconds), however often a page changes",
+        ),
+        Setting(
+            "REVISIT_MAX_INTERVAL",
+            31_536_000.0,
+            float,
+            above=0,
+            range_doc="> 0",
+            doc="longest revisit interval (seconds; 365 days), however long a page stays the same",
+        ),
+    ),
     "Item pipelines": (
         Setting("VALIDATION_ENABLED", True, bool, doc="the validation pipeline"),
         Setting("DEAD_LETTER_DIR", ".", str, doc="directory of the dead-letter JSON-lines files in embedded mode"),

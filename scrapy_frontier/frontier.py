@@ -161,6 +161,8 @@ class Frontier:
         self._take_start = redis.register_script(source("frontier_take_start"))
         self._unlease = redis.register_script(source("frontier_unlease"))
         self._status = redis.register_script(source("frontier_status"))
+        self._revisit_schedule = redis.register_script(source("revisit_schedule"))
+        self._revisit_due = redis.register_script(source("revisit_due", QUEUE_ORDER=order))
 
     def shard_index(self, host: str) -> int:
         return shard_of_host(host, self.keys.shards)
@@ -590,6 +592,40 @@ class Frontier:
         self._lease_shard.clear()
         return restored
 
+    async def schedule(self, revisits: Sequence[tuple[Entry, float]]) -> None:
+        """Put each ``(entry, seconds)`` in the revisit schedule of its host's shard, due that many
+        seconds from now (Redis time); an entry's fingerprint names it there, so scheduling a page
+        again replaces its entry. One script call per shard (``lua/revisit_schedule.lua``)."""
+        by_shard: dict[int, list[Any]] = defaultdict(list)
+        for entry, seconds in revisits:
+            by_shard[self.shard_index(entry.host)] += (
+                entry.fingerprint,
+                max(0, round(seconds * 1000)),
+                entry.host,
+                entry.score,
+                compact_payload(entry.payload, entry.host),
+            )
+        await asyncio.gather(
+            *(
+                self._revisit_schedule(keys=[self.shards[i].revisit_due, self.shards[i].revisit_requests], args=args)
+                for i, args in by_shard.items()
+            )
+        )
+
+    async def queue_due(self, most: int = 500) -> tuple[int, float]:
+        """Move the scheduled revisits that are due into their hosts' queues, at most ``most`` per
+        shard (``lua/revisit_due.lua``). Returns (pages moved, seconds until the next one is due,
+        ``-1`` when none is scheduled)."""
+        replies = await asyncio.gather(
+            *(
+                self._revisit_due(keys=[sh.revisit_due, sh.revisit_requests, sh.queue], args=[sh.queue_prefix, most])
+                for sh in self.shards
+            )
+        )
+        moved = sum(int(r[0]) for r in replies)
+        waits = [int(r[1]) for r in replies if int(r[1]) >= 0]
+        return moved, (min(waits) / 1000 if waits else -1.0)
+
     async def leave(self) -> None:
         """Remove this node from the registry (after :meth:`release`)."""
         await self.redis.zrem(self.keys.nodes, self.node_id)
@@ -620,7 +656,7 @@ class Frontier:
         # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
         prefixes: list[str] = []
         for sh in self.shards:
-            keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
+            keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten, sh.revisit_due, sh.revisit_requests]
             if k.shards:
                 keys.append(sh.rates)
             prefixes += [sh.queue_prefix, sh.dupefilter + ":", sh.politeness_prefix]

@@ -167,6 +167,18 @@ class Shard:
         with no look at the sorted set."""
         return self.queue_prefix + "@ranked"
 
+    @property
+    def revisit_due(self) -> str:
+        """Sorted set of the shard's pages scheduled for a revisit (``REVISIT_INTERVAL``):
+        fingerprint -> when it is due (Unix ms, Redis time)."""
+        return self.queue_prefix + "@revisit:due"
+
+    @property
+    def revisit_requests(self) -> str:
+        """Hash of the shard's scheduled revisits: fingerprint -> ``<host> TAB <score> TAB
+        <payload>``, what ``lua/revisit_due.lua`` queues when it is due."""
+        return self.queue_prefix + "@revisit:requests"
+
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id
 

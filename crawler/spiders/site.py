@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 HOSTS_META = "site_hosts"
 
 
+def main_content_hash(response: HtmlResponse, text: str | None) -> str:
+    """SHA-256 (hex) of the page's title and main text, or of its body when it has no main
+    text: adverts, timestamps and link boxes outside the main content do not change it."""
+    if not text:
+        return hashlib.sha256(response.body).hexdigest()
+    title = " ".join(response.xpath("//title//text()").getall()).strip()
+    return hashlib.sha256(f"{title}\n{text}".encode()).hexdigest()
+
+
 class SiteSpider(StartUrlSpider):
     """Crawl every page of the start URLs' hosts.
 
@@ -108,7 +117,7 @@ class SiteSpider(StartUrlSpider):
             published=found.published,
             canonical_url=found.canonical_url,
             links=links,
-            content_hash=hashlib.sha256(response.body).hexdigest(),
+            content_hash=main_content_hash(response, found.text),
             fetched_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
             depth=response.meta.get("depth", 0),
             latency_ms=round(latency * 1000) if latency is not None else None,

@@ -116,6 +116,34 @@ def crawl_status(
         "idle": status.idle,
         "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
         "busy_hosts": read_busy(client, keys, rate, cap, now),
+        "revisits": read_revisits(client, keys, now, {k.decode(): int(v) for k, v in totals.items()}),
+    }
+
+
+def read_revisits(client: redis.Redis, keys: Keys, now: float, totals: dict[str, int]) -> dict[str, Any]:
+    """The revisit schedule (docs/revisits.md): pages ``scheduled``, ``due`` now (due and not yet
+    queued), how long the longest-waiting of them is ``overdue_s`` (seconds, 0: none), when the
+    next one is due (``next_due_in_s``, ``None``: none scheduled or some due now), and the share
+    of revisits answered 304 (``not_modified_share``, ``None`` before any revisit). ``now``: the
+    server's Unix time."""
+    now_ms = int(now * 1000)
+    with client.pipeline(transaction=False) as pipe:
+        for sh in keys.all_shards():
+            pipe.zcard(sh.revisit_due)
+            pipe.zcount(sh.revisit_due, "-inf", now_ms)
+            pipe.zrange(sh.revisit_due, 0, 0, withscores=True)
+        replies = pipe.execute()
+    scheduled = sum(replies[0::3])
+    due = sum(replies[1::3])
+    firsts = [first[0][1] for first in replies[2::3] if first]
+    earliest = min(firsts) if firsts else None
+    revisits = totals.get("revisits_changed", 0) + totals.get("revisits_unchanged", 0)
+    return {
+        "scheduled": scheduled,
+        "due": due,
+        "overdue_s": round(max(0.0, now - earliest / 1000), 1) if earliest is not None else 0.0,
+        "next_due_in_s": round(earliest / 1000 - now, 1) if earliest is not None and earliest > now_ms else None,
+        "not_modified_share": round(totals.get("revisits_not_modified", 0) / revisits, 3) if revisits else None,
     }
 
 
@@ -281,6 +309,15 @@ class Command(RedisCommand):
             lines.append(
                 f"    {h['host']}: {h['in_flight']} in flight, delay {h['delay_s']:.3f}s, latency {latency}, "
                 f"held back by {', '.join(h['held_back_by']) or 'nothing'}"
+            )
+        r = result["revisits"]
+        if r["scheduled"] or r["due"]:
+            share = f"{100 * r['not_modified_share']:.0f}%" if r["not_modified_share"] is not None else "-"
+            nxt = f", next due in {r['next_due_in_s']}s" if r["next_due_in_s"] is not None else ""
+            lines.append(
+                f"  revisits: {r['scheduled']} scheduled, {r['due']} due now"
+                + (f" (the oldest {r['overdue_s']}s overdue)" if r["due"] else "")
+                + f"{nxt}; answered 304: {share}"
             )
         lines.append(f"  workers: {len(result['workers'])}")
         for w in result["workers"]:

@@ -42,6 +42,9 @@ TOTALS = {
     "items_stored": "item_stored_count",
     "items_dropped": "item_dropped_count",
     "retries": "retry/count",
+    "revisits_changed": "revisit/changed",
+    "revisits_unchanged": "revisit/unchanged",
+    "revisits_not_modified": "revisit/not_modified",
 }
 #: Scrapy stat prefix of the responses by HTTP status.
 STATUS_STAT = "downloader/response_status_count/"

@@ -78,6 +78,8 @@ class SchedulerConfig:
     queue_order: str = "priority"
     #: The spider's own start-URL key template (``redis_key``), ``None``: the settings'.
     start_urls_key: str | None = None
+    #: Pages are revisited (REVISIT_INTERVAL > 0): the crawl never closes for being idle.
+    revisit: bool = False
     #: Seconds the whole crawl must have been idle before this worker closes, 0 for never
     #: (:func:`~scrapy_frontier.scrapy_redis_compat.close_after`; set by :meth:`for_spider`).
     close_after: float = 0.0
@@ -169,6 +171,7 @@ class SchedulerConfig:
             download_maxsize=settings.getint("DOWNLOAD_MAXSIZE"),
             idle_before_close=idle_before_close,
             queue_order=order,
+            revisit=read_setting(crawler, "REVISIT_INTERVAL") > 0,
         )
 
     def for_spider(self, spider: Spider, settings: BaseSettings) -> SchedulerConfig:

@@ -35,6 +35,7 @@ from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX, lease_host
 from scrapy_frontier.politeness import SEND_AT_META, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
+from scrapy_frontier.revisit import REVISIT_IN_META
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -57,6 +58,9 @@ _PUSH_BATCH = 1000
 _SAMPLES_PER_HOST = 100
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
+#: Longest wait between two looks for due revisits (seconds), and most pages one look queues per shard.
+_REVISIT_LOOK = 1.0
+_REVISIT_BATCH = 500
 #: Seconds past a host's due time that a worker holding leases of its own waits before it asks,
 #: when other workers are registered: at a host whose rate binds, the idle worker takes the next
 #: turn, and the workers of a one-host crawl share it rather than the first one keeping it. At
@@ -122,6 +126,9 @@ class FrontierLoop:
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes, config.encoding)
         self._local: deque[Request] = deque()
         self._to_push: list[Entry] = []
+        #: Revisits to schedule (entry, seconds until due), sent before the acknowledgements.
+        self._to_schedule: list[tuple[Entry, float]] = []
+        self._next_revisit_look = 0.0
         self._log_duplicates = True
         self._wait_short_seen = 0
         self._wakeup = asyncio.Event()
@@ -171,6 +178,8 @@ class FrontierLoop:
         url = without_default_port(request.url)
         if url != request.url:
             request = request.replace(url=url)
+        if REVISIT_IN_META in request.meta:
+            return self._schedule(request)
         dedup = not request.dont_filter
         if replaced == "redirect":
             if request.meta.pop(RETRY_DONT_FILTER_META, False):
@@ -210,6 +219,41 @@ class FrontierLoop:
         self.stats.inc_value("scheduler/enqueued/redis")
         self._wakeup.set()
         return "queued"
+
+    def _schedule(self, request: Request) -> str:
+        """Buffer a revisit (:mod:`scrapy_frontier.revisit`) for the revisit schedule, named by its
+        fingerprint: ``"queued"`` or ``"refused"``."""
+        seconds = float(request.meta.pop(REVISIT_IN_META))
+        try:
+            payload = request_to_json(request, self.spider)
+        except RequestRefused as exc:
+            logger.error("Refused revisit %s of spider %r: %s", request.url, self.spider.name, exc)
+            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+            return "refused"
+        fingerprint = self.fingerprinter.fingerprint(request).hex()
+        entry = Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
+        self._to_schedule.append((entry, seconds))
+        self._wakeup.set()
+        return "queued"
+
+    async def _send_schedule(self) -> None:
+        """Schedule the buffered revisits (before the acknowledgements of their pages go)."""
+        if self._to_schedule:
+            revisits = self._to_schedule[:]
+            await self.frontier.schedule(revisits)
+            del self._to_schedule[: len(revisits)]
+
+    async def _queue_due(self) -> None:
+        """Queue the revisits that are due, at most every :data:`_REVISIT_LOOK` seconds (sooner
+        when the next one is due sooner)."""
+        if not self.config.revisit or time.monotonic() < self._next_revisit_look:
+            return
+        moved, next_in = await self.frontier.queue_due(_REVISIT_BATCH)
+        wait = _REVISIT_LOOK if next_in < 0 else min(_REVISIT_LOOK, max(0.05, next_in))
+        self._next_revisit_look = time.monotonic() + (0.0 if moved >= _REVISIT_BATCH else wait)
+        if moved:
+            self.stats.inc_value("revisit/due", moved)
+            self._next_poll = 0.0
 
     def response_downloaded(self, response: Response, request: Request) -> None:
         """Keep ``response``'s download latency for the shared AutoThrottle (sent with the next
@@ -318,6 +362,7 @@ class FrontierLoop:
             logger.info(
                 "URLs were forgotten (scrapy forget): the local first look is emptied, links are checked in Redis again"
             )
+        await self._queue_due()
         running = self.crawler.engine.running
         to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
         if running and to_send and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
@@ -421,6 +466,7 @@ class FrontierLoop:
 
     async def _flush(self) -> None:
         # Flush what is buffered now; what arrives meanwhile waits for the next round.
+        await self._send_schedule()
         to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
         for _ in range(len(self._to_push) // _PUSH_BATCH + 1):
             entries = self._to_push[:_PUSH_BATCH]
@@ -474,6 +520,7 @@ class FrontierLoop:
         """:meth:`_flush` and :meth:`_refill` in one round trip (Frontier.push_lease, for an
         unsharded frontier and at most one push batch). Returns the requests leased."""
         want = self.config.prefetch - len(self._local)
+        await self._send_schedule()
         entries, acks, failed = self._to_push[:], self.leases.to_ack[:], self.leases.to_fail[:]
         duplicates: list[Any] | None = (
             [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
@@ -622,13 +669,13 @@ class FrontierLoop:
 
     def _busy(self) -> bool:
         """Whether this worker holds anything: requests leased or to push, acknowledgements to send."""
-        return bool(self._local or len(self.leases) or self._to_push or self.leases.to_ack)
+        return bool(self._local or len(self.leases) or self._to_push or self.leases.to_ack or self._to_schedule)
 
     async def _check_idle(self) -> None:
         """Read the whole crawl's status when this worker holds nothing; once two reads at least
         ``close_after`` seconds apart (and every one between) found it idle, wake the engine so
         that :meth:`on_idle` lets the spider close."""
-        if self._busy() or self.config.close_after <= 0:
+        if self._busy() or self.config.close_after <= 0 or self.config.revisit:
             self._idle_since = None
             self._idle_confirmed = False
             return

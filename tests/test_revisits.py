@@ -1,0 +1,193 @@
+"""Revisits (REVISIT_INTERVAL): two workers keep a loopback site fresh whose pages change on a
+known schedule (tests/changing_server.py), with time compressed to seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from scrapy_frontier.revisit import GROW, SHRINK, check_intervals, next_interval
+from tests.conftest import ROOT
+from tests.loopback import free_port, wait_port
+
+#: Base interval and period of change of the crawls below (seconds).
+BASE, PERIOD = 3.0, 6.0
+REVISITS = {
+    "REVISIT_INTERVAL": str(BASE),
+    "REVISIT_MIN_INTERVAL": "1",
+    "REVISIT_MAX_INTERVAL": "120",
+    "AUTOTHROTTLE_ENABLED": "False",
+    "ROBOTSTXT_OBEY": "False",
+    "CONCURRENT_REQUESTS": "4",
+}
+
+
+class ChangingSite:
+    def __init__(self, host: str, log: Path, pages: int, validators: bool) -> None:
+        self.port = free_port(host)
+        self.log = log
+        self.url = f"http://{host}:{self.port}"
+        env = {**os.environ, "PAGES": str(pages), "PERIOD": str(PERIOD), "VALIDATORS": "1" if validators else "0"}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "changing_server.py"), host, str(self.port), str(log)], env=env
+        )
+        wait_port(host, self.port)
+
+    def requests(self) -> dict[str, list[tuple[float, int, int, bool]]]:
+        """Per page path, its requests in order: (time, status, revision served, conditional)."""
+        out: dict[str, list[tuple[float, int, int, bool]]] = defaultdict(list)
+        for line in self.log.read_text().splitlines():
+            t, path, status, rev, cond = line.split()
+            out[path].append((float(t), int(status), int(rev), cond == "1"))
+        return out
+
+    def revision_now(self, n: int) -> int:
+        body = urllib.request.urlopen(f"{self.url}/p/{n}", timeout=10).read().decode()
+        return int(re.search(r"Revision (\d+)\.", body).group(1))
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def changing_site(tmp_path):
+    sites: list[ChangingSite] = []
+
+    def start(host: str, pages: int = 24, validators: bool = True) -> ChangingSite:
+        sites.append(ChangingSite(host, tmp_path / f"{host}.log", pages, validators))
+        return sites[-1]
+
+    yield start
+    for s in sites:
+        s.stop()
+
+
+def test_the_interval_shrinks_on_a_change_and_grows_without_within_its_bounds():
+    assert next_interval(10, True, 1, 100) == 10 * SHRINK
+    assert next_interval(10, False, 1, 100) == 10 * GROW
+    assert next_interval(1.1, True, 1, 100) == 1
+    assert next_interval(90, False, 1, 100) == 100
+
+
+@pytest.mark.parametrize(
+    ("interval", "low", "high", "named"),
+    [(0, 10, 5, "REVISIT_MIN_INTERVAL=10"), (3, 5, 10, "REVISIT_INTERVAL=3"), (20, 5, 10, "REVISIT_INTERVAL=20")],
+)
+def test_intervals_that_do_not_fit_together_are_named(interval, low, high, named):
+    error = check_intervals(interval, low, high)
+    assert error is not None and named in error
+    assert check_intervals(0, 1, 5) is None and check_intervals(3, 1, 5) is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"REVISIT_INTERVAL": "30", "REVISIT_MIN_INTERVAL": "60"}, "REVISIT_INTERVAL=30"),
+        ({"REVISIT_INTERVAL": "-1"}, "REVISIT_INTERVAL"),
+        ({"REVISIT_MIN_INTERVAL": "100", "REVISIT_MAX_INTERVAL": "10"}, "REVISIT_MIN_INTERVAL=100"),
+    ],
+)
+def test_a_bad_revisit_setting_stops_the_crawl_at_start_in_one_line(settings, named, start_worker, redis_url):
+    worker = start_worker(settings=settings, env={"REDIS_URL": redis_url}, args=["-a", "url=http://127.0.0.9:1/"])
+    assert worker.wait(60) == 2, worker.output[-3000:]
+    errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and named in errors[0], worker.output[-3000:]
+    assert "Traceback" not in worker.output
+
+
+def crawl_for(seconds: float, site: ChangingSite, start_workers, redis_url, redis_client, mysql_url) -> dict:
+    """Two workers revisiting ``site`` for ``seconds`` after its first page, then stopped
+    (SIGTERM). Returns each changing page's revision when they were stopped."""
+    workers = start_workers(2, settings=REVISITS, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url})
+    redis_client.lpush("site:start_urls", f"{site.url}/")
+    time.sleep(seconds)
+    for w in workers:
+        w.signal(signal.SIGTERM)
+    stopped = time.time()
+    now = {n: site.revision_now(n) for n in range(0, 24, 4)}
+    for w in workers:
+        assert w.wait(60) == 0, w.output[-3000:]
+    return {"workers": workers, "revisions": now, "stopped": stopped}
+
+
+@pytest.mark.slow
+def test_two_workers_keep_a_changing_site_fresh_with_conditional_gets(
+    changing_site, start_workers, redis_url, redis_client, mysql_url, mysql_query
+):
+    """Every 4th page changes every PERIOD seconds, the others never; ETag, Last-Modified and
+    304 on a match. After a minute: the changing pages are stored at most one version behind,
+    the unchanged ones were fetched at most half as often as BASE alone would, revisits are
+    conditional and the unchanged ones answered 304, one row per URL."""
+    site = changing_site("127.0.0.31")
+    seconds = 60.0
+    ran = crawl_for(seconds, site, start_workers, redis_url, redis_client, mysql_url)
+    rows = mysql_query("SELECT url, text, changes FROM pages")
+    stored = {url.rsplit("/p/", 1)[1]: (text, changes) for url, text, changes in rows if "/p/" in url}
+    behind = {}
+    for n, now in ran["revisions"].items():
+        text, _ = stored[str(n)]
+        behind[n] = now - int(re.search(r"Revision (\d+)\.", text).group(1))
+    requests = site.requests()
+    revisits = [r for path, rs in requests.items() if path.startswith("/p/") for r in rs[1:]]
+    conditional = sum(1 for r in revisits if r[3]) / len(revisits)
+    unchanged = [r for rs in requests.values() for prev, r in zip(rs, rs[1:]) if r[2] == prev[2]]
+    not_modified = sum(1 for r in unchanged if r[1] == 304) / len(unchanged)
+    steady = [n for n in range(24) if n % 4]
+    fetches = {n: len(requests[f"/p/{n}"]) for n in steady}
+    base_fetches = (ran["stopped"] - min(rs[0][0] for rs in requests.values())) / BASE
+    figures = {
+        "versions_behind": behind,
+        "revisits": len(revisits),
+        "conditional_share": round(conditional, 3),
+        "unchanged_revisits_304_share": round(not_modified, 3),
+        "unchanged_page_fetches": fetches,
+        "base_interval_fetches": round(base_fetches, 1),
+        "changes_stored": {n: stored[str(n)][1] for n in ran["revisions"]},
+        "stats": {k: sum(w.stat(f"revisit/{k}") for w in ran["workers"]) for k in ("scheduled", "not_modified", "due")},
+    }
+    print("FIGURES", json.dumps(figures))
+    assert sum(1 for b in behind.values() if b <= 1) >= 0.9 * len(behind), figures
+    assert max(fetches.values()) <= 0.5 * base_fetches, figures
+    assert conditional >= 0.9 and not_modified >= 0.9, figures
+    assert len(rows) == len({url for url, _, _ in rows}) == 25, figures
+    assert all(stored[str(n)][1] >= 1 for n in ran["revisions"]), figures
+    assert all(stored[str(n)][1] == 0 for n in steady), figures
+
+
+@pytest.mark.slow
+def test_without_validators_changes_are_found_in_the_content(
+    changing_site, start_workers, redis_url, redis_client, mysql_url, mysql_query
+):
+    """The same site without ETag or Last-Modified: every revisit is a 200 whose bytes differ
+    (the aside), yet only the pages whose main text changed count changes, and the others back
+    off as with validators."""
+    site = changing_site("127.0.0.32", validators=False)
+    seconds = 40.0
+    ran = crawl_for(seconds, site, start_workers, redis_url, redis_client, mysql_url)
+    changes = {url.rsplit("/p/", 1)[1]: c for url, c in mysql_query("SELECT url, changes FROM pages") if "/p/" in url}
+    requests = site.requests()
+    steady = [n for n in range(24) if n % 4]
+    fetches = {n: len(requests[f"/p/{n}"]) for n in steady}
+    base_fetches = (ran["stopped"] - min(rs[0][0] for rs in requests.values())) / BASE
+    figures = {
+        "changes": changes,
+        "unchanged_page_fetches": fetches,
+        "base_interval_fetches": round(base_fetches, 1),
+        "statuses": sorted({r[1] for rs in requests.values() for r in rs}),
+    }
+    print("FIGURES", json.dumps(figures))
+    assert figures["statuses"] == [200], figures
+    assert all(changes[str(n)] >= 1 for n in ran["revisions"]), figures
+    assert all(changes[str(n)] == 0 for n in steady), figures
+    assert max(fetches.values()) <= 0.5 * base_fetches, figures
