@@ -191,3 +191,76 @@ def test_without_validators_changes_are_found_in_the_content(
     assert all(changes[str(n)] >= 1 for n in ran["revisions"]), figures
     assert all(changes[str(n)] == 0 for n in steady), figures
     assert max(fetches.values()) <= 0.5 * base_fetches, figures
+
+
+def scheduled_pages(redis_client) -> set[str]:
+    """The page paths the crawl holds: in the revisit schedule, queued (every host's lists) or
+    leased (a killed worker's leases, until they are reclaimed)."""
+    held = b" ".join(redis_client.hvals("site:requests:@revisit:requests"))
+    for key in redis_client.scan_iter(match="site:requests:*#*"):
+        held += b" " + b" ".join(redis_client.lrange(key, 0, -1))
+    for key in redis_client.scan_iter(match="site:*leases*"):
+        held += b" " + b" ".join(redis_client.hvals(key))
+    return {m.decode() for m in re.findall(rb':\d+(/p/\d+|/)"', held)}
+
+
+@pytest.mark.slow
+def test_a_worker_killed_every_four_seconds_loses_no_scheduled_page(
+    changing_site, start_worker, redis_url, redis_client, mysql_url
+):
+    """Two workers, one SIGKILLed every 4 s and started again, for 40 s: every page is revisited
+    and, once the workers are stopped, every page is still scheduled (or queued)."""
+    site = changing_site("127.0.0.33")
+    settings = {**REVISITS, "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    workers = [start_worker(settings=settings, env=env) for _ in range(2)]
+    for w in workers:
+        w.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{site.url}/")
+    kills = 0
+    victim = workers[1]
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        time.sleep(4)
+        victim.proc.kill()
+        victim.proc.wait()
+        kills += 1
+        victim = start_worker(settings=settings, env=env)
+        workers.append(victim)
+        victim.wait_for("Joined the crawl")
+    time.sleep(2)  # the last one started takes leases before it is stopped
+    for w in (workers[0], victim):
+        w.signal(signal.SIGTERM)
+    for w in (workers[0], victim):
+        assert w.wait(60) == 0, w.output[-3000:]
+    fetches = {path: len(rs) for path, rs in site.requests().items()}
+    held = scheduled_pages(redis_client)
+    figures = {"kills": kills, "fetches": fetches, "pages_held": len(held)}
+    print("FIGURES", json.dumps(figures))
+    assert kills >= 8
+    assert held == {"/"} | {f"/p/{n}" for n in range(24)}, figures
+    assert all(fetches.get(f"/p/{n}", 0) >= 3 for n in range(24)), figures
+
+
+@pytest.mark.slow
+def test_a_worker_whose_clock_is_two_minutes_ahead_revisits_nothing_early(
+    changing_site, start_worker, redis_url, redis_client, mysql_url
+):
+    """Due times are Redis's: a worker 120 s ahead (libfaketime, its monotonic clock left alone)
+    fetches no page again before its interval (here at least 4 s)."""
+    from tests.test_clock import LIBFAKETIME, skewed
+
+    if not LIBFAKETIME.exists():
+        pytest.skip("needs Debian's faketime (tests/run.sh installs it)")
+    site = changing_site("127.0.0.34")
+    settings = {**REVISITS, "REVISIT_INTERVAL": "4", "REVISIT_MIN_INTERVAL": "4"}
+    worker = start_worker(settings=settings, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url, **skewed("+120s")})
+    worker.wait_for("Joined the crawl", timeout=120)
+    redis_client.lpush("site:start_urls", f"{site.url}/")
+    time.sleep(25)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    gaps = [b[0] - a[0] for rs in site.requests().values() for a, b in zip(rs, rs[1:])]
+    print("FIGURES", json.dumps({"revisits": len(gaps), "shortest_gap_s": round(min(gaps), 2)}))
+    assert len(gaps) >= 24, gaps
+    assert min(gaps) >= 3.9, sorted(gaps)[:5]
