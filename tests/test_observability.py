@@ -309,7 +309,7 @@ def test_metric_names_are_what_a_worker_exposes():
     exposed = {family.name for family in metrics.registry.collect()}
     # prometheus-client names counter families without _total
     assert {n.removesuffix("_total") for n in METRIC_NAMES} == exposed
-    assert len(METRIC_NAMES) == 15
+    assert len(METRIC_NAMES) == 19
 
 
 def test_the_progress_line_of_a_lone_worker_says_1_worker(start_worker, redis_url):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from scrapy_frontier.revisit import GROW, SHRINK, check_intervals, next_interval
-from tests.conftest import ROOT
+from tests.conftest import ROOT, scrapy_command
 from tests.loopback import free_port, wait_port
 
 #: Base interval and period of change of the crawls below (seconds).
@@ -112,13 +112,14 @@ def crawl_for(seconds: float, site: ChangingSite, start_workers, redis_url, redi
     workers = start_workers(2, settings=REVISITS, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url})
     redis_client.lpush("site:start_urls", f"{site.url}/")
     time.sleep(seconds)
+    status = json.loads(scrapy_command(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)
     for w in workers:
         w.signal(signal.SIGTERM)
     stopped = time.time()
     now = {n: site.revision_now(n) for n in range(0, 24, 4)}
     for w in workers:
         assert w.wait(60) == 0, w.output[-3000:]
-    return {"workers": workers, "revisions": now, "stopped": stopped}
+    return {"workers": workers, "revisions": now, "stopped": stopped, "status": status["revisits"]}
 
 
 @pytest.mark.slow
@@ -155,6 +156,7 @@ def test_two_workers_keep_a_changing_site_fresh_with_conditional_gets(
         "base_interval_fetches": round(base_fetches, 1),
         "changes_stored": {n: stored[str(n)][1] for n in ran["revisions"]},
         "stats": {k: sum(w.stat(f"revisit/{k}") for w in ran["workers"]) for k in ("scheduled", "not_modified", "due")},
+        "status": ran["status"],
     }
     print("FIGURES", json.dumps(figures))
     assert sum(1 for b in behind.values() if b <= 1) >= 0.9 * len(behind), figures
@@ -163,6 +165,9 @@ def test_two_workers_keep_a_changing_site_fresh_with_conditional_gets(
     assert len(rows) == len({url for url, _, _ in rows}) == 25, figures
     assert all(stored[str(n)][1] >= 1 for n in ran["revisions"]), figures
     assert all(stored[str(n)][1] == 0 for n in steady), figures
+    # scrapy status: most pages wait in the schedule, none long overdue, most revisits answered 304
+    assert ran["status"]["scheduled"] >= 15 and ran["status"]["overdue_s"] < 5, figures
+    assert 0.5 <= ran["status"]["not_modified_share"] <= 1, figures
 
 
 @pytest.mark.slow

@@ -56,6 +56,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _RETRY_STAT = "retry/reason_count/"
+#: The revisit stats (scrapy_frontier.revisit) that crawler_revisits_total counts, by its label.
+_REVISIT_STATS = {
+    "revisit/changed": "changed",
+    "revisit/unchanged": "unchanged",
+    "revisit/not_modified": "not_modified",
+}
 
 
 class Observability:
@@ -142,6 +148,8 @@ class Observability:
                 counter = self.metrics.retries.labels(spider=self.spider_name, reason=name[len(_RETRY_STAT) :][:120])
             elif name == WAIT_STAT:
                 counter = self.metrics.politeness_wait_seconds.labels(spider=self.spider_name)
+            elif name in _REVISIT_STATS:
+                counter = self.metrics.revisits.labels(spider=self.spider_name, result=_REVISIT_STATS[name])
             else:
                 continue
             delta = float(value) - self._counted.get(name, 0.0)
@@ -250,6 +258,9 @@ class Observability:
             (m.throttled_hosts.labels(spider=spider), gauges.throttled_hosts),
             (m.dead_letters.labels(spider=spider, kind="start_urls"), gauges.start_urls_invalid),
             (m.dead_letters.labels(spider=spider, kind="items"), gauges.items_invalid),
+            (m.revisits_scheduled.labels(spider=spider), gauges.revisits_scheduled),
+            (m.revisits_due.labels(spider=spider), gauges.revisits_due),
+            (m.revisits_overdue_seconds.labels(spider=spider), gauges.revisits_overdue_seconds),
         ):
             if value is not None:
                 gauge.set(value)

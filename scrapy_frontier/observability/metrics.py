@@ -120,6 +120,30 @@ METRICS: tuple[MetricSpec, ...] = (
         "concurrency cap (distributed mode).",
     ),
     MetricSpec(
+        "crawler_revisits_scheduled",
+        Gauge,
+        ("spider",),
+        "Pages in the revisit schedule, cluster-wide (REVISIT_INTERVAL; distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_revisits_due",
+        Gauge,
+        ("spider",),
+        "Scheduled pages due now and not yet queued, cluster-wide (distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_revisits_overdue_seconds",
+        Gauge,
+        ("spider",),
+        "Seconds the earliest page due and not yet queued has waited (0: none; distributed mode).",
+    ),
+    MetricSpec(
+        "crawler_revisits_total",
+        Counter,
+        ("spider", "result"),
+        "Revisits this worker fetched, by result: changed, unchanged (a 304 included), not_modified (304).",
+    ),
+    MetricSpec(
         "crawler_politeness_wait_seconds_total",
         Counter,
         ("spider",),
@@ -138,7 +162,8 @@ class Metrics:
     suffix (``pages``, ``responses``, ``items_stored``, ``items_dropped``, ``retries``,
     ``download_latency_seconds``, ``frontier_depth``, ``leases_inflight``, ``dead_letters``,
     ``throttled_hosts``, ``host_in_flight``, ``host_delay_seconds``, ``host_latency_seconds``,
-    ``host_held_back``, ``politeness_wait_seconds``); each is the labelled parent metric.
+    ``host_held_back``, ``revisits_scheduled``, ``revisits_due``, ``revisits_overdue_seconds``,
+    ``revisits``, ``politeness_wait_seconds``); each is the labelled parent metric.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -166,6 +191,10 @@ class Metrics:
     host_delay_seconds: Gauge
     host_latency_seconds: Gauge
     host_held_back: Gauge
+    revisits_scheduled: Gauge
+    revisits_due: Gauge
+    revisits_overdue_seconds: Gauge
+    revisits: Counter
     politeness_wait_seconds: Counter
 
 

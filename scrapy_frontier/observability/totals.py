@@ -80,6 +80,11 @@ class Gauges:
     throttled_hosts: int | None
     #: The busy hosts (:func:`scrapy_frontier.politeness.busy_host`), most requests in flight first.
     busy_hosts: list[dict[str, Any]] = field(default_factory=list)
+    #: The revisit schedule (docs/revisits.md): pages scheduled, pages due now and not yet
+    #: queued, seconds the earliest of them is overdue (0: none due).
+    revisits_scheduled: int | None = None
+    revisits_due: int | None = None
+    revisits_overdue_seconds: float | None = None
 
 
 class ClusterTotals:
@@ -114,6 +119,7 @@ class ClusterTotals:
         #: Set when the crawl closes: from then on a failed refresh is not reported (a failed final one is).
         self.quiet = False
         self._set_if_exists = source("hash_set_if_exists")
+        self._revisit_count = source("revisit_count")
         self.health = health or RedisHealth()
 
     async def refresh(self, stats: dict[str, Any], *, address: str | None = None, final: bool = False) -> Gauges | None:
@@ -143,6 +149,8 @@ class ClusterTotals:
                     pipe.scard(sh.limited)
                 for sh in shards:
                     pipe.hgetall(sh.inflight)
+                for sh in shards:
+                    pipe.eval(self._revisit_count, 1, sh.revisit_due)
                 if address:
                     # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
                     pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)
@@ -187,8 +195,22 @@ class ClusterTotals:
         start_invalid, items_invalid = reads[n : n + 2]
         limited = None if None in reads[n + 2 :] else sum(v or 0 for v in reads[n + 2 :])
         inflight = results[len(deltas) + 2 * n + 2 : len(deltas) + 3 * n + 2]
+        revisits = results[len(deltas) + 3 * n + 2 : len(deltas) + 4 * n + 2]
         busy = [] if any(isinstance(v, Exception) for v in inflight) else await self._busy_hosts(inflight)
-        return Gauges(status.depth, status.failed, leases, start_invalid, items_invalid, limited, busy)
+        if any(isinstance(v, Exception) for v in revisits):
+            return Gauges(status.depth, status.failed, leases, start_invalid, items_invalid, limited, busy)
+        return Gauges(
+            status.depth,
+            status.failed,
+            leases,
+            start_invalid,
+            items_invalid,
+            limited,
+            busy,
+            revisits_scheduled=sum(int(r[0]) for r in revisits),
+            revisits_due=sum(int(r[1]) for r in revisits),
+            revisits_overdue_seconds=max([0, *(int(r[2]) for r in revisits if int(r[1]))]) / 1000,
+        )
 
     async def _busy_hosts(self, inflight: list[dict[bytes, bytes]]) -> list[dict[str, Any]]:
         """The busy hosts of every shard's in-flight hash, their politeness state read in one
