@@ -222,6 +222,35 @@ class RevisitMiddleware:
         return request.replace(url=url, headers=headers, meta=meta, dont_filter=True)
 
 
+def unschedule(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int:
+    """Take pages out of the revisit schedule (``scrapy forget``): ``fingerprints`` (hex) by
+    frontier shard index; ``client`` a synchronous redis client. Returns how many were in it."""
+    taken = 0
+    for index, fps in fingerprints.items():
+        if fps:
+            sh = keys.shard(index)
+            with client.pipeline(transaction=True) as pipe:
+                pipe.zrem(sh.revisit_due, *fps)
+                pipe.hdel(sh.revisit_requests, *fps)
+                taken += int(pipe.execute()[0])
+    return taken
+
+
+def make_due(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> set[str]:
+    """Make scheduled pages due now (``scrapy push --now``), their revisit state kept:
+    ``fingerprints`` (hex) by frontier shard index; ``client`` a synchronous redis client.
+    Returns the fingerprints that were scheduled."""
+    due: set[str] = set()
+    for index, fps in fingerprints.items():
+        if fps:
+            sh = keys.shard(index)
+            with client.pipeline(transaction=False) as pipe:
+                for fp in fps:
+                    pipe.zadd(sh.revisit_due, {fp: 0}, xx=True, ch=True)
+                due |= {fp for fp, changed in zip(fps, pipe.execute()) if changed}
+    return due
+
+
 def _header(response: Response, name: bytes) -> str | None:
     value = response.headers.get(name)
     return value.decode("latin-1") if value else None

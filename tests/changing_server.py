@@ -12,6 +12,8 @@
   names its ETag (else when ``If-Modified-Since`` is not before its ``Last-Modified``), as
   RFC 9110 section 13.1 says. With ``VALIDATORS=0``, neither header, and never a 304.
 
+- A page whose number is a line of the file ``<LOG>.gone`` answers ``410 Gone``.
+
 Every request of a page is appended to LOG as ``<unix time> <path> <status> <revision>
 <conditional: 1/0>``.
 """
@@ -80,6 +82,11 @@ class Handler(BaseHTTPRequestHandler):
         if not m or int(m.group(1)) >= len(SOURCES):
             return self._send(404, b"<html><body>not here</body></html>")
         n = int(m.group(1))
+        gone = Path(f"{LOG}.gone")
+        if gone.exists() and str(n) in gone.read_text().split():
+            with _lock, LOG.open("a") as f:
+                f.write(f"{time.time():.3f} {self.path} 410 -1 0\n")
+            return self._send(410, b"<html><body>gone</body></html>")
         v = revision(n)
         etag = f'"{n}-{v}"'
         modified = START + v * PERIOD if v else START

@@ -269,3 +269,64 @@ def test_a_worker_whose_clock_is_two_minutes_ahead_revisits_nothing_early(
     print("FIGURES", json.dumps({"revisits": len(gaps), "shortest_gap_s": round(min(gaps), 2)}))
     assert len(gaps) >= 24, gaps
     assert min(gaps) >= 3.9, sorted(gaps)[:5]
+
+
+@pytest.mark.slow
+def test_push_now_fetches_a_scheduled_page_at_once_and_forget_takes_one_out(
+    changing_site, start_worker, redis_url, redis_client, mysql_url
+):
+    """With a revisit interval of a minute: ``scrapy push --now`` makes a scheduled page due at
+    once (a conditional GET, answered 304), ``scrapy forget`` takes one out of the schedule, and
+    a page the site no longer has (410) leaves it."""
+    site = changing_site("127.0.0.35")
+    settings = {**REVISITS, "REVISIT_INTERVAL": "60"}
+    env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
+    worker = start_worker(settings=settings, env=env)
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", f"{site.url}/")
+    deadline = time.monotonic() + 60
+    while len(scheduled_pages(redis_client)) < 25 or redis_client.zcard("site:requests:@revisit:due") < 25:
+        assert time.monotonic() < deadline, scheduled_pages(redis_client)
+        time.sleep(0.5)
+    Path(f"{site.log}.gone").write_text("3\n")
+    pushed = scrapy_command(["push", "site", f"{site.url}/p/1", f"{site.url}/p/3", "--now"], {"REDIS_URL": redis_url})
+    assert pushed.returncode == 0 and "2 scheduled pages due now" in pushed.stdout, pushed.stdout + pushed.stderr
+    forgot = scrapy_command(["forget", "site", f"{site.url}/p/2"], {"REDIS_URL": redis_url})
+    assert forgot.returncode == 0 and "1 taken out of the revisit schedule" in forgot.stdout, forgot.stdout
+    deadline = time.monotonic() + 20
+    while len(site.requests()["/p/1"]) < 2 or len(site.requests()["/p/3"]) < 2:
+        assert time.monotonic() < deadline, site.requests()["/p/1"]
+        time.sleep(0.5)
+    time.sleep(1)
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    again = site.requests()["/p/1"][1]
+    print("FIGURES", json.dumps({"p1": site.requests()["/p/1"], "held": sorted(scheduled_pages(redis_client))}))
+    assert again[1] == 304 and again[3], again
+    held = scheduled_pages(redis_client)
+    assert "/p/2" not in held and "/p/1" in held, held
+    # a page gone from the site (410) leaves the schedule: it costs no more requests
+    assert site.requests()["/p/3"][1][1] == 410 and "/p/3" not in held, held
+    assert worker.stat("revisit/dropped/410") == 1
+    assert all(len(site.requests()[f"/p/{n}"]) == 1 for n in (2, *range(4, 24)))
+
+
+@pytest.mark.slow
+def test_revisits_on_a_sharded_frontier(changing_site, start_worker, redis_url, redis_client, mysql_url):
+    """FRONTIER_SHARDS=4 (the layout of a Redis Cluster, on one Redis): two sites' pages are
+    scheduled in their hosts' shards, revisited, and counted by ``scrapy status``."""
+    sites = [changing_site("127.0.0.36", pages=8), changing_site("127.0.0.37", pages=8)]
+    settings = {**REVISITS, "FRONTIER_SHARDS": "4"}
+    worker = start_worker(settings=settings, env={"REDIS_URL": redis_url, "MYSQL_URL": mysql_url})
+    worker.wait_for("Joined the crawl")
+    redis_client.lpush("site:start_urls", *(f"{s.url}/" for s in sites))
+    time.sleep(20)
+    status = json.loads(scrapy_command(["status", "site", "--json"], {"REDIS_URL": redis_url}).stdout)["revisits"]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(60) == 0, worker.output[-3000:]
+    fetches = [len(s.requests()[f"/p/{n}"]) for s in sites for n in range(8)]
+    schedules = [k for k in redis_client.scan_iter(match="site:*@revisit:due") if redis_client.zcard(k)]
+    print("FIGURES", json.dumps({"fetches": fetches, "status": status, "shards_used": len(schedules)}))
+    assert min(fetches) >= 3, fetches
+    assert len(schedules) >= 1 and all(b"{" in k for k in schedules), schedules
+    assert 14 <= status["scheduled"] + status["due"] <= 18, status

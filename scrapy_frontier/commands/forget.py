@@ -28,6 +28,7 @@ from scrapy_frontier.dupefilter import (
 )
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.revisit import unschedule
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 
@@ -76,7 +77,8 @@ class Command(RedisCommand):
             "Each URL (or start-URL JSON payload, for a POST or a body) is fingerprinted with the project's "
             "request fingerprinter and let through the dupefilter once more. --pattern also forgets every URL "
             "of a stored item (the Redis item cache) that matches a shell-style pattern. --push queues them "
-            "at once (as start URLs); otherwise they are fetched when a page links to them again."
+            "at once (as start URLs); otherwise they are fetched when a page links to them again. A URL in the "
+            "revisit schedule (REVISIT_INTERVAL) leaves it."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
@@ -151,11 +153,15 @@ class Command(RedisCommand):
                 fingerprinter.fingerprint(request).hex(),
                 keys.shard_of(queue_host(urlparse_cached(request).hostname)).index,
             )
-        known = 0
+        known = unscheduled = 0
         if fingerprints:
             dupefilter = Dupefilter(client, keys, config)
             for shard in sorted(set(shard_of.values())):
                 known += int(dupefilter.forget([fp for fp in fingerprints if shard_of[fp] == shard], shard))
+            by_shard: dict[int, list[str]] = {}
+            for fp, shard in shard_of.items():
+                by_shard.setdefault(shard, []).append(fp)
+            unscheduled = unschedule(client, keys, by_shard)
             # running workers empty their local first look at their next heartbeat
             client.incr(keys.forgets)
             if opts.push:
@@ -165,6 +171,7 @@ class Command(RedisCommand):
             "known": known if layout != "bloom" else None,
             "layout": layout,
             "pushed": len(fingerprints) if opts.push else 0,
+            "unscheduled": unscheduled,
             "urls": [raw.decode("utf-8", "backslashreplace") for raw in fingerprints.values()],
             "refused": self._refused,
         }
@@ -201,5 +208,6 @@ class Command(RedisCommand):
         lines.append(
             f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed "
             f"{result['pushed']}"
+            + (f"; {result['unscheduled']} taken out of the revisit schedule" if result["unscheduled"] else "")
         )
         return "\n".join(lines)

@@ -1,15 +1,23 @@
-"""``scrapy push <spider> URL_OR_JSON... [--file F]``: check start-URL payloads, then push them."""
+"""``scrapy push <spider> URL_OR_JSON... [--file F] [--now]``: check start-URL payloads, then push
+them; with ``--now``, a page in the revisit schedule is made due now instead."""
 
 from __future__ import annotations
 
 import sys
 from typing import TYPE_CHECKING, Any
 
+from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
+from scrapy.utils.httpobj import urlparse_cached
+from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_frontier.adopt import crawl_fingerprinter
 from scrapy_frontier.config import read_value
+from scrapy_frontier.connection import text
+from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
+from scrapy_frontier.revisit import make_due
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 
@@ -34,6 +42,12 @@ class Command(RedisCommand):
         super().add_options(parser)
         parser.add_argument(
             "--file", metavar="FILE", help="read payloads from FILE, one per line ('-': standard input)"
+        )
+        parser.add_argument(
+            "--now",
+            action="store_true",
+            help="a URL in the revisit schedule (REVISIT_INTERVAL) is made due now, its revisit state kept, "
+            "rather than pushed",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -64,6 +78,7 @@ class Command(RedisCommand):
             self._fail(str(exc))
             return None
         good: list[bytes] = []
+        requests = []
         self._refused, self._shown = [], []
         for raw in self._payloads:
             try:
@@ -73,15 +88,42 @@ class Command(RedisCommand):
                 self._shown.append(shown_payload(raw))
                 continue
             good.append(raw)
+            requests.append(request)
             if unknown:
                 print(
                     f"warning: {request.url}: unknown keys {', '.join(map(repr, unknown))} will be ignored",
                     file=sys.stderr,
                 )
+        due = 0
+        if opts.now and good:
+            scheduled = self._scheduled(client, keys, requests)
+            due = len(scheduled)
+            good = [raw for raw, request in zip(good, requests) if request.url not in scheduled]
         self.push_start_urls(client, keys, good)
-        return {"pushed": len(good), "refused": self._refused}
+        return {"pushed": len(good), "due_now": due, "refused": self._refused}
+
+    def _scheduled(self, client: redis.Redis, keys: Keys, requests: list[Any]) -> set[str]:
+        """Make those of ``requests`` that are in the revisit schedule due now; their URLs."""
+        assert self.settings is not None
+        if not client.exists(keys.dupefilter_meta):
+            return set()  # no crawl yet: nothing scheduled
+        stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
+        crawler = Crawler(get_spider_loader(self.settings).load(keys.spider), self.settings)
+        fingerprinter = crawl_fingerprinter(
+            stored, build_from_crawler(load_object(self.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
+        )
+        urls: dict[str, str] = {}
+        by_shard: dict[int, list[str]] = {}
+        for request in requests:
+            fp = fingerprinter.fingerprint(request).hex()
+            urls[fp] = request.url
+            by_shard.setdefault(keys.shard_of(queue_host(urlparse_cached(request).hostname)).index, []).append(fp)
+        return {urls[fp] for fp in make_due(client, keys, by_shard)}
 
     def describe(self, result: dict[str, Any]) -> str:
         lines = [f"refused {shown} ({r['reason']}): {r['detail']}" for shown, r in zip(self._shown, result["refused"])]
-        lines.append(f"pushed {plural(result['pushed'], 'payload')}, refused {len(result['refused'])}")
+        lines.append(
+            f"pushed {plural(result['pushed'], 'payload')}, refused {len(result['refused'])}"
+            + (f"; {plural(result['due_now'], 'scheduled page')} due now" if result["due_now"] else "")
+        )
         return "\n".join(lines)
