@@ -205,11 +205,8 @@ class FrontierLoop:
                 self._filtered(request)
                 return "duplicate"
             fingerprint = digest.hex()
-        try:
-            payload = request_to_json(request, self.spider)
-        except RequestRefused as exc:
-            logger.error("Refused request %s of spider %r: %s", request.url, self.spider.name, exc)
-            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+        payload = self._serialized(request, "request")
+        if payload is None:
             return "refused"
         if digest:
             self.seen.add(seen_key)
@@ -220,15 +217,22 @@ class FrontierLoop:
         self._wakeup.set()
         return "queued"
 
+    def _serialized(self, request: Request, what: str) -> str | None:
+        """``request``'s JSON, or ``None`` when it cannot be serialized (logged as a refused
+        ``what``, counted in ``frontier/refused/<reason>``)."""
+        try:
+            return request_to_json(request, self.spider)
+        except RequestRefused as exc:
+            logger.error("Refused %s %s of spider %r: %s", what, request.url, self.spider.name, exc)
+            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+            return None
+
     def _schedule(self, request: Request) -> str:
         """Buffer a revisit (:mod:`scrapy_frontier.revisit`) for the revisit schedule, named by its
         fingerprint: ``"queued"`` or ``"refused"``."""
         seconds = float(request.meta.pop(REVISIT_IN_META))
-        try:
-            payload = request_to_json(request, self.spider)
-        except RequestRefused as exc:
-            logger.error("Refused revisit %s of spider %r: %s", request.url, self.spider.name, exc)
-            self.stats.inc_value(f"frontier/refused/{exc.reason}")
+        payload = self._serialized(request, "revisit")
+        if payload is None:
             return "refused"
         fingerprint = self.fingerprinter.fingerprint(request).hex()
         entry = Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
