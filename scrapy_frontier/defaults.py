@@ -168,7 +168,7 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             float,
             minimum=0,
             doc="seconds the whole crawl must be idle before a worker exits; 0 = never for a spider that waits for "
-            "start URLs in Redis, else once the crawl is dry "
+            "start URLs in Redis, else once the crawl is dry; never with `REVISIT_INTERVAL` "
             "([spiders.md](spiders.md#when-a-worker-closes))",
         ),
         Setting(
