@@ -80,7 +80,7 @@ async def run(url: str, pages: int, hosts: int) -> dict:
         for i in range(start, min(pages, start + BATCH)):
             host = f"www.host{i % hosts}.example.com"
             fingerprint = hashlib.sha1(str(i).encode()).hexdigest()
-            revisits.append((Entry(fingerprint, host, 0, payload(spider, host, i)), 1.0))
+            revisits.append((Entry(fingerprint, host, 0, payload(spider, host, i)), 1.0, True))
         await frontier.schedule(revisits)
     used, cpu1 = sync.info("memory")["used_memory"], cpu_us(sync)
     await asyncio.sleep(1.1)  # every page due

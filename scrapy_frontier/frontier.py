@@ -592,23 +592,29 @@ class Frontier:
         self._lease_shard.clear()
         return restored
 
-    async def schedule(self, revisits: Sequence[tuple[Entry, float]]) -> None:
-        """Put each ``(entry, seconds)`` in the revisit schedule of its host's shard, due that many
-        seconds from now (Redis time); an entry's fingerprint names it there, so scheduling a page
-        again replaces its entry. One script call per shard (``lua/revisit_schedule.lua``)."""
+    async def schedule(self, revisits: Sequence[tuple[Entry, float, bool]]) -> None:
+        """Put each ``(entry, seconds, revisit)`` in the revisit schedule of its host's shard, due
+        that many seconds from now (Redis time); an entry's fingerprint names it there, so
+        scheduling a page again replaces its entry. ``revisit``: the page was scheduled before
+        this fetch (a page ``scrapy forget`` took out meanwhile then stays out). One script call
+        per shard (``lua/revisit_schedule.lua``)."""
         by_shard: dict[int, list[Any]] = defaultdict(list)
-        for entry, seconds in revisits:
+        for entry, seconds, revisit in revisits:
             by_shard[self.shard_index(entry.host)] += (
                 entry.fingerprint,
                 max(0, round(seconds * 1000)),
                 entry.host,
                 entry.score,
                 compact_payload(entry.payload, entry.host),
+                "1" if revisit else "0",
             )
         await asyncio.gather(
             *(
-                self._revisit_schedule(keys=[self.shards[i].revisit_due, self.shards[i].revisit_requests], args=args)
-                for i, args in by_shard.items()
+                self._revisit_schedule(
+                    keys=[sh.revisit_due, sh.revisit_requests, sh.revisit_forgotten],
+                    args=args,
+                )
+                for sh, args in ((self.shards[i], args) for i, args in by_shard.items())
             )
         )
 
@@ -656,7 +662,8 @@ class Frontier:
         # the per-host politeness state; the dead letters (<spider>:requests:failed) stay
         prefixes: list[str] = []
         for sh in self.shards:
-            keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten, sh.revisit_due, sh.revisit_requests]
+            keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
+            keys += [sh.revisit_due, sh.revisit_requests, sh.revisit_forgotten]
             if k.shards:
                 keys.append(sh.rates)
             prefixes += [sh.queue_prefix, sh.dupefilter + ":", sh.politeness_prefix]

@@ -179,6 +179,13 @@ class Shard:
         <payload>``, what ``lua/revisit_due.lua`` queues when it is due."""
         return self.queue_prefix + "@revisit:requests"
 
+    @property
+    def revisit_forgotten(self) -> str:
+        """Set of the fingerprints ``scrapy forget`` took out of the shard's revisit schedule in
+        the last day: a revisit of one of them then queued or in flight does not schedule it
+        again (``lua/revisit_schedule.lua``)."""
+        return self.queue_prefix + "@revisit:forgotten"
+
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id
 

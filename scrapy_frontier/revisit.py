@@ -48,8 +48,9 @@ logger = logging.getLogger(__name__)
 
 #: Request meta key: the page's revisit state (:func:`new_state`), kept in the frontier with it.
 REVISIT_META = "revisit"
-#: Request meta key the middleware sets and the scheduler takes out: seconds until the request is
-#: due (it goes to the revisit schedule, not to its host's queue).
+#: Request meta key the middleware sets and the scheduler takes out: (seconds until the request
+#: is due, whether the page was scheduled before this fetch); the request goes to the revisit
+#: schedule, not to its host's queue.
 REVISIT_IN_META = "_revisit_in"
 #: The interval's factor after a change (Nutch's ``db.fetch.schedule.adaptive.dec_rate`` 0.2).
 SHRINK = 0.8
@@ -173,7 +174,8 @@ class RevisitMiddleware:
             yield self._next(request, state)
             return
         if response.status != 200:
-            self.stats.inc_value(f"revisit/dropped/{response.status}")
+            if state:  # a revisit: the page leaves the schedule
+                self.stats.inc_value(f"revisit/dropped/{response.status}")
             yield from out
             return
         items = [x for x in out if not isinstance(x, Request)]
@@ -206,8 +208,8 @@ class RevisitMiddleware:
         """The revisit of ``request``'s page: its first URL (before redirects), the validators of
         ``state`` as conditional headers, due in ``state["interval"]`` seconds."""
         meta = {k: v for k, v in request.meta.items() if k not in _TRANSIENT and not k.startswith("_")}
+        meta[REVISIT_IN_META] = (state["interval"], REVISIT_META in request.meta)
         meta[REVISIT_META] = state
-        meta[REVISIT_IN_META] = state["interval"]
         headers = request.headers.copy()
         for name in (b"If-None-Match", b"If-Modified-Since"):
             headers.pop(name, None)
@@ -222,9 +224,16 @@ class RevisitMiddleware:
         return request.replace(url=url, headers=headers, meta=meta, dont_filter=True)
 
 
+#: Seconds a page ``scrapy forget`` took out of the schedule stays marked so: a revisit of it
+#: queued or in flight then does not schedule it again.
+FORGOTTEN_FOR = 86400
+
+
 def unschedule(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int:
-    """Take pages out of the revisit schedule (``scrapy forget``): ``fingerprints`` (hex) by
-    frontier shard index; ``client`` a synchronous redis client. Returns how many were in it."""
+    """Take pages out of the revisit schedule (``scrapy forget``), and mark them so for
+    :data:`FORGOTTEN_FOR` seconds (a revisit of one already queued or in flight leaves it out):
+    ``fingerprints`` (hex) by frontier shard index; ``client`` a synchronous redis client.
+    Returns how many were in the schedule."""
     taken = 0
     for index, fps in fingerprints.items():
         if fps:
@@ -232,6 +241,8 @@ def unschedule(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> in
             with client.pipeline(transaction=True) as pipe:
                 pipe.zrem(sh.revisit_due, *fps)
                 pipe.hdel(sh.revisit_requests, *fps)
+                pipe.sadd(sh.revisit_forgotten, *fps)
+                pipe.expire(sh.revisit_forgotten, FORGOTTEN_FOR)
                 taken += int(pipe.execute()[0])
     return taken
 

@@ -330,3 +330,41 @@ def test_revisits_on_a_sharded_frontier(changing_site, start_worker, redis_url, 
     assert min(fetches) >= 3, fetches
     assert len(schedules) >= 1 and all(b"{" in k for k in schedules), schedules
     assert 14 <= status["scheduled"] + status["due"] <= 18, status
+
+
+def test_a_forgotten_page_is_not_scheduled_again_by_a_revisit_already_under_way(redis_url):
+    """``scrapy forget`` while a page's revisit is queued or in flight: that revisit, once done,
+    does not put the page back; a first fetch of it (pushed again) does."""
+    import asyncio
+
+    import redis as sync_redis
+    import redis.asyncio
+    from scrapy.settings import Settings
+
+    from scrapy_frontier.frontier import Entry, Frontier
+    from scrapy_frontier.keys import Keys
+    from scrapy_frontier.revisit import unschedule
+
+    keys = Keys.for_spider(Settings(), "site")
+    page = Entry("ab" * 20, "h", 0, '{"url":"http://h/p"}')
+
+    async def go() -> list[int]:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        frontier = Frontier(client, keys, "n1")
+        counts = []
+        try:
+            await frontier.schedule([(page, 60, False)])
+            counts.append(await client.zcard(keys.shard(0).revisit_due))
+            unschedule(sync_redis.Redis.from_url(redis_url), keys, {0: [page.fingerprint]})
+            counts.append(await client.zcard(keys.shard(0).revisit_due))
+            await frontier.schedule([(page, 60, True)])  # the revisit that was under way
+            counts.append(await client.zcard(keys.shard(0).revisit_due))
+            await frontier.schedule([(page, 60, False)])  # fetched anew
+            counts.append(await client.zcard(keys.shard(0).revisit_due))
+            await frontier.schedule([(page, 60, True)])  # and revisited
+            counts.append(await client.zcard(keys.shard(0).revisit_due))
+        finally:
+            await client.aclose()
+        return counts
+
+    assert asyncio.run(go()) == [1, 0, 0, 1, 1]

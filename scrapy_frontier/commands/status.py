@@ -83,6 +83,7 @@ def crawl_status(
             }
         )
     start_invalid, items_invalid, items_pending, totals = answers[-4:]
+    revisits = read_revisits(client, keys, now, {k.decode(): int(v) for k, v in totals.items()})
     # the crawl's DOMAIN_RATE_LIMIT and DOMAIN_CONCURRENCY as a live worker applies them (its -s and
     # environment, recorded in its node info), else as this command's settings give them
     settings = settings or Settings()
@@ -96,7 +97,7 @@ def crawl_status(
     return {
         "crawl": keys.crawl,
         "spider": keys.spider,
-        "state": crawl_state(status.idle, len(workers)),
+        "state": crawl_state(status.idle, len(workers), revisits["scheduled"] + revisits["due"]),
         "frontier": {
             "queued": status.depth,
             "hosts": status.hosts,
@@ -116,7 +117,7 @@ def crawl_status(
         "idle": status.idle,
         "totals": {k.decode(): int(v) for k, v in sorted(totals.items())},
         "busy_hosts": read_busy(client, keys, rate, cap, now),
-        "revisits": read_revisits(client, keys, now, {k.decode(): int(v) for k, v in totals.items()}),
+        "revisits": revisits,
     }
 
 
@@ -166,12 +167,16 @@ def read_busy(client: redis.Redis, keys: Keys, rate: float, cap: int, now: float
     return busy_hosts(counts, replies, rate, cap, now)
 
 
-def crawl_state(idle: bool, workers: int) -> str:
-    """``idle`` (nothing queued, in flight or waiting), ``running`` (work left and a worker
-    alive) or ``stalled`` (work left and no worker alive: nothing moves until one starts)."""
-    if idle:
+def crawl_state(idle: bool, workers: int, scheduled: int = 0) -> str:
+    """``idle`` (nothing queued, in flight, waiting or scheduled for a revisit), ``revisiting``
+    (nothing but ``scheduled`` pages, waiting for their revisit, and a worker alive), ``running``
+    (work left and a worker alive) or ``stalled`` (work left and no worker alive: nothing moves
+    until one starts)."""
+    if idle and not scheduled:
         return "idle"
-    return "running" if workers else "stalled"
+    if not workers:
+        return "stalled"
+    return "revisiting" if idle else "running"
 
 
 def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
@@ -196,7 +201,9 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
                 "spider": spider,
                 "crawl_id": crawl_id or None,
                 "idle": status.idle,
-                "state": crawl_state(status.idle, status.nodes),
+                "state": crawl_state(
+                    status.idle, status.nodes, sum(client.zcard(sh.revisit_due) for sh in keys.all_shards())
+                ),
                 "hosts": status.hosts,
                 "start_urls_waiting": status.start_urls,
                 "in_flight": status.inflight,

@@ -126,8 +126,9 @@ class FrontierLoop:
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes, config.encoding)
         self._local: deque[Request] = deque()
         self._to_push: list[Entry] = []
-        #: Revisits to schedule (entry, seconds until due), sent before the acknowledgements.
-        self._to_schedule: list[tuple[Entry, float]] = []
+        #: Revisits to schedule (entry, seconds until due, scheduled before this fetch), sent
+        #: before the acknowledgements.
+        self._to_schedule: list[tuple[Entry, float, bool]] = []
         self._next_revisit_look = 0.0
         self._log_duplicates = True
         self._wait_short_seen = 0
@@ -230,13 +231,13 @@ class FrontierLoop:
     def _schedule(self, request: Request) -> str:
         """Buffer a revisit (:mod:`scrapy_frontier.revisit`) for the revisit schedule, named by its
         fingerprint: ``"queued"`` or ``"refused"``."""
-        seconds = float(request.meta.pop(REVISIT_IN_META))
+        seconds, revisit = request.meta.pop(REVISIT_IN_META)
         payload = self._serialized(request, "revisit")
         if payload is None:
             return "refused"
         fingerprint = self.fingerprinter.fingerprint(request).hex()
         entry = Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
-        self._to_schedule.append((entry, seconds))
+        self._to_schedule.append((entry, float(seconds), bool(revisit)))
         self._wakeup.set()
         return "queued"
 
