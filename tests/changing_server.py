@@ -2,8 +2,9 @@
 ``python tests/changing_server.py HOST PORT LOG``.
 
 - ``/``: links to ``/p/0`` ... ``/p/<PAGES - 1>`` (env ``PAGES``, default 40).
-- ``/p/<n>``: the paragraphs of one page of Python's documentation (Debian's ``python3.11-doc``,
-  the n-th of ``library/*.html``) in an ``<article>``, with the sentence ``Revision <v>.``, and an
+- ``/p/<n>`` (any query string: the same page, logged with it): the paragraphs of one page of
+  Python's documentation (Debian's ``python3.11-doc``, the n-th of ``library/*.html``) in an
+  ``<article>``, with the sentence ``Revision <v>.``, and an
   ``<aside>`` that changes on every request (the time, an advert): the part no reader keeps.
   Every ``CHANGING``-th page (env, default 4; page 0, 4, 8...) changes every ``PERIOD`` seconds
   (env, default 8): its revision is ``(now - start) // PERIOD``; the others stay at revision 0.
@@ -78,7 +79,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(
                 200, f"<html><head><title>Index</title></head><body><ul>{links}</ul></body></html>".encode()
             )
-        m = re.fullmatch(r"/p/(\d+)", self.path)
+        m = re.fullmatch(r"/p/(\d+)", self.path.split("?", 1)[0])
         if not m or int(m.group(1)) >= len(SOURCES):
             return self._send(404, b"<html><body>not here</body></html>")
         n = int(m.group(1))
