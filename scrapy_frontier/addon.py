@@ -82,8 +82,8 @@ COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
         "scrapy_frontier.downloadermiddlewares.politeness.SharedPolitenessMiddleware",
         960,
     ),
-    # After HttpErrorMiddleware (50) on the way out: it sees the 304s that middleware filters.
-    ("SPIDER_MIDDLEWARES", None, "scrapy_frontier.revisit.RevisitMiddleware", 40),
+    # Just outside HttpErrorMiddleware (50): it takes a revisit's 304 before that middleware logs it.
+    ("SPIDER_MIDDLEWARES", None, "scrapy_frontier.revisit.RevisitMiddleware", 60),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.validation.ValidationPipeline", 100),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.cache.RedisCachePipeline", 200),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.storage.StoragePipeline", 300),

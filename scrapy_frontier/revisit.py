@@ -19,10 +19,11 @@ items is compared by the hash of its body.
 
 A revisit is a conditional GET (RFC 9110 section 13.1): it carries ``If-None-Match`` with the
 last ``ETag`` and ``If-Modified-Since`` with the last ``Last-Modified``. A ``304 Not Modified``
-counts as unchanged: the callback is not called (Scrapy's ``HttpErrorMiddleware`` filters it),
-nothing is stored, no link is extracted again, and the page is scheduled again. Any other
-answer (``404``, ``410``, a ``5xx`` once retries are spent, a download error) takes the page
-out of the schedule: a failed request goes to the dead letters as in any crawl.
+counts as unchanged: the callback is not called (Scrapy's ``HttpErrorMiddleware`` would filter
+it; the revisit middleware takes it first, so that no line is logged for it), nothing is
+stored, no link is extracted again, and the page is scheduled again. Any other answer (``404``,
+``410``, a ``5xx`` once retries are spent, a download error) takes the page out of the
+schedule: a failed request goes to the dead letters as in any crawl.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 from scrapy.http import Request
+from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_frontier.config import fail_at_open, read_setting
 
@@ -109,8 +111,9 @@ def _now() -> str:
 
 
 class RevisitMiddleware:
-    """Spider middleware (order 40: after Scrapy's ``HttpErrorMiddleware`` on the way out, so it
-    sees the ``304`` that middleware filtered). For each response of a page request, passes the
+    """Spider middleware (order 60: just outside Scrapy's ``HttpErrorMiddleware``, 50, so that
+    it sees the ``HttpError`` of a ``304`` first, and takes it without the line that middleware
+    logs for every response it ignores). For each response of a page request, passes the
     callback's output on, then schedules the page's revisit (a request with
     :data:`REVISIT_IN_META`, which the scheduler puts in the revisit schedule).
 
@@ -152,6 +155,16 @@ class RevisitMiddleware:
         out = [x async for x in result]
         for x in self._revisited(response, out):
             yield x
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
+        """A revisit answered ``304`` (Scrapy's ``HttpError``): its next revisit, and nothing
+        else. Another status of a revisit (a ``404``, a ``410``) is counted as leaving the
+        schedule, and left to ``HttpErrorMiddleware``."""
+        request = response.request
+        if not isinstance(exception, HttpError) or request is None or not request.meta.get(REVISIT_META):
+            return None
+        out = list(self._revisited(response, []))
+        return out if response.status == 304 else None
 
     def _revisited(self, response: Response, out: list[Any]) -> Iterator[Any]:
         """``out`` with the page's items completed and its revisit after them (none for a response
