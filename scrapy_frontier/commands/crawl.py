@@ -100,19 +100,16 @@ STARTING_WAIT = 60.0
 
 def stop_once_started(crawler: Crawler) -> None:
     """Make ``crawler.stop_async`` (what Scrapy's SIGINT and SIGTERM handlers call) wait, when
-    the spider is still opening, until the engine runs (at most :data:`STARTING_WAIT` seconds,
-    or until the crawl ends): Scrapy's own stop does nothing before the engine runs, and the
-    reactor then stops with the spider never closed, its node left registered. A stop that
-    comes once the spider closed (the engine's own, after a setting stopped the crawl at open)
-    does not wait."""
-    started, closed = asyncio.Event(), asyncio.Event()
+    the engine has not started yet, until it has (at most :data:`STARTING_WAIT` seconds, or
+    until the crawl ends): Scrapy's own stop does nothing before the engine runs, and the
+    reactor then stops with the spider never closed, its node left registered."""
+    started = asyncio.Event()
     crawler.signals.connect(started.set, signal=signals.engine_started, weak=False)
-    crawler.signals.connect(closed.set, signal=signals.spider_closed, weak=False)
     scrapy_stop = crawler.stop_async
 
     async def stop_async() -> None:
         deadline = time.monotonic() + STARTING_WAIT
-        while crawler.crawling and not started.is_set() and not closed.is_set() and time.monotonic() < deadline:
+        while crawler.crawling and not started.is_set() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if started.is_set():
             await asyncio.sleep(0.05)  # engine_started is sent just before the engine runs
