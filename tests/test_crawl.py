@@ -151,19 +151,6 @@ def test_start_url_payloads(docs_site, start_worker, redis_url, redis_client, tm
     assert "Traceback" not in worker.output
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_worker_stopped_while_its_spider_opens_closes_it_and_exits_0(sig, start_worker, redis_url, redis_client):
-    """A SIGTERM (a pod scaled down) or Ctrl-C that comes just after the worker joined, before
-    Scrapy's engine runs: the spider is closed once it does, the node leaves the registry, and
-    the exit status is 0 (Scrapy's own stop does nothing before the engine runs)."""
-    worker = start_worker(env={"REDIS_URL": redis_url})
-    worker.wait_for("Joined the crawl")
-    worker.signal(sig)
-    assert worker.wait(60) == 0, worker.output[-3000:]
-    assert "Closing spider (shutdown)" in worker.output, worker.output[-3000:]
-    assert redis_client.zcard("site:nodes") == 0
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("persist", ["True", "False"])
 def test_sigint_leaves_shared_state_for_the_other_worker(

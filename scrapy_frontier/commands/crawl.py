@@ -2,9 +2,7 @@
 (an unreachable or misconfigured ``REDIS_URL`` or ``MYSQL_URL``), so scripts and scrapyd see the
 failure. The error itself is one log line that names the setting. Status 1 when the crawl's
 state in Redis was lost (finish reason ``state_lost``) or the worker was stopped without closing
-its spider (a second SIGINT or SIGTERM). A first SIGINT or SIGTERM that comes while the spider is
-still opening stops the crawl once its engine runs (Scrapy's own stop would do nothing then, and
-the process would end with the spider never closed). A spider the project does not
+its spider (a second SIGINT or SIGTERM). A spider the project does not
 have is one line on stderr that lists those it has (exit status 2), before Scrapy logs anything.
 
 With ``LOG_JSON`` on, the JSON log handler (:mod:`scrapy_frontier.observability.logjson`) is installed here, before
@@ -12,9 +10,7 @@ Scrapy logs its first line, and learns the crawler's node id as soon as the craw
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -70,7 +66,6 @@ class Command(ScrapyCrawlCommand):
         self._crawlers.append(crawler)
         logjson.set_crawler(crawler)
         crawler.signals.connect(self._on_closed, signal=signals.spider_closed)
-        stop_once_started(crawler)
         return crawler
 
     def _on_closed(self, spider: Any, reason: str) -> None:
@@ -92,27 +87,3 @@ class Command(ScrapyCrawlCommand):
             # "forcing unclean shutdown"), whose leases are left for the other workers to reclaim
             exitcode = max(exitcode, 1)
         self.exitcode = max(self.exitcode, exitcode)
-
-
-#: Longest wait (seconds) of a stop asked for while the spider opens, for its engine to run.
-STARTING_WAIT = 60.0
-
-
-def stop_once_started(crawler: Crawler) -> None:
-    """Make ``crawler.stop_async`` (what Scrapy's SIGINT and SIGTERM handlers call) wait, when
-    the engine has not started yet, until it has (at most :data:`STARTING_WAIT` seconds, or
-    until the crawl ends): Scrapy's own stop does nothing before the engine runs, and the
-    reactor then stops with the spider never closed, its node left registered."""
-    started = asyncio.Event()
-    crawler.signals.connect(started.set, signal=signals.engine_started, weak=False)
-    scrapy_stop = crawler.stop_async
-
-    async def stop_async() -> None:
-        deadline = time.monotonic() + STARTING_WAIT
-        while crawler.crawling and not started.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        if started.is_set():
-            await asyncio.sleep(0.05)  # engine_started is sent just before the engine runs
-        await scrapy_stop()
-
-    crawler.stop_async = stop_async  # type: ignore[method-assign]
