@@ -608,13 +608,13 @@ class Frontier:
                 compact_payload(entry.payload, entry.host),
                 "1" if revisit else "0",
             )
+        shards = self.shards
         await asyncio.gather(
             *(
                 self._revisit_schedule(
-                    keys=[sh.revisit_due, sh.revisit_requests, sh.revisit_forgotten],
-                    args=args,
+                    keys=[shards[i].revisit_due, shards[i].revisit_requests, shards[i].revisit_forgotten], args=args
                 )
-                for sh, args in ((self.shards[i], args) for i, args in by_shard.items())
+                for i, args in by_shard.items()
             )
         )
 

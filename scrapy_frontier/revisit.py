@@ -98,7 +98,8 @@ def signature(response: Response, items: Iterable[Any]) -> str:
     the body, hashed together (SHA-256, hex)."""
     hashes = []
     for item in items:
-        value = ItemAdapter(item).get("content_hash") if "content_hash" in ItemAdapter(item).field_names() else None
+        adapter = ItemAdapter(item)
+        value = adapter.get("content_hash") if "content_hash" in adapter.field_names() else None
         if value:
             hashes.append(str(value))
     if not hashes:

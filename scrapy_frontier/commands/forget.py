@@ -65,6 +65,16 @@ def glob_problem(pattern: str) -> str | None:
     return None
 
 
+def crawl_request_fingerprinter(settings: Any, spidercls: type[Spider], stored: dict[str, str]) -> Any:
+    """The request fingerprinter the crawl's workers use: the project's
+    ``REQUEST_FINGERPRINTER_CLASS``, or the one ``stored`` (the dupefilter's meta) records
+    (:func:`~scrapy_frontier.adopt.crawl_fingerprinter`)."""
+    crawler = Crawler(spidercls, settings)
+    return crawl_fingerprinter(
+        stored, build_from_crawler(load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
+    )
+
+
 class Command(RedisCommand):
     def syntax(self) -> str:
         return "[options] <spider> [URL or JSON payload ...]"
@@ -113,14 +123,12 @@ class Command(RedisCommand):
             spidercls = get_spider_loader(self.settings).load(keys.spider)
         except KeyError:
             spidercls = Spider
-        crawler = Crawler(spidercls, self.settings)
-        fingerprinter = build_from_crawler(load_object(self.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
         layout = stored_layout(client, keys)
         if layout is None:
             self._fail(f"the dupefilter {keys.dupefilter} is empty: nothing to forget")
             return None
         stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
-        fingerprinter = crawl_fingerprinter(stored, fingerprinter)
+        fingerprinter = crawl_request_fingerprinter(self.settings, spidercls, stored)
         config = DedupConfig.for_layout(layout).for_stored(stored)
         wanted = meta_for(config, fingerprinter)
         try:

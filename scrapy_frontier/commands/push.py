@@ -6,13 +6,11 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_frontier.adopt import crawl_fingerprinter
+from scrapy_frontier.commands.forget import crawl_request_fingerprinter
 from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import text
 from scrapy_frontier.keys import queue_host
@@ -105,13 +103,11 @@ class Command(RedisCommand):
     def _scheduled(self, client: redis.Redis, keys: Keys, requests: list[Any]) -> set[str]:
         """Make those of ``requests`` that are in the revisit schedule due now; their URLs."""
         assert self.settings is not None
-        if not client.exists(keys.dupefilter_meta):
-            return set()  # no crawl yet: nothing scheduled
         stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
-        crawler = Crawler(get_spider_loader(self.settings).load(keys.spider), self.settings)
-        fingerprinter = crawl_fingerprinter(
-            stored, build_from_crawler(load_object(self.settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
-        )
+        if not stored:
+            return set()  # no crawl yet: nothing scheduled
+        spidercls = get_spider_loader(self.settings).load(keys.spider)
+        fingerprinter = crawl_request_fingerprinter(self.settings, spidercls, stored)
         urls: dict[str, str] = {}
         by_shard: dict[int, list[str]] = {}
         for request in requests:
