@@ -592,39 +592,34 @@ class Frontier:
         self._lease_shard.clear()
         return restored
 
-    async def schedule(self, revisits: Sequence[tuple[Entry, float, bool]]) -> None:
-        """Put each ``(entry, seconds, revisit)`` in the revisit schedule of its host's shard, due
-        that many seconds from now (Redis time); an entry's fingerprint names it there, so
-        scheduling a page again replaces its entry. ``revisit``: the page was scheduled before
-        this fetch (a page ``scrapy forget`` took out meanwhile then stays out). One script call
-        per shard (``lua/revisit_schedule.lua``)."""
+    async def schedule(self, revisits: Sequence[tuple[str, list[Any]]]) -> None:
+        """Put each ``(host, values)`` (:func:`~scrapy_frontier.revisit.schedule_args`) in the
+        revisit schedule of its host's shard, due that many seconds from now (Redis time). One
+        script call per shard (``lua/revisit_schedule.lua``)."""
         by_shard: dict[int, list[Any]] = defaultdict(list)
-        for entry, seconds, revisit in revisits:
-            by_shard[self.shard_index(entry.host)] += (
-                entry.fingerprint,
-                max(0, round(seconds * 1000)),
-                entry.host,
-                entry.score,
-                compact_payload(entry.payload, entry.host),
-                "1" if revisit else "0",
-            )
+        for host, args in revisits:
+            by_shard[self.shard_index(host)] += args
         shards = self.shards
         await asyncio.gather(
             *(
-                self._revisit_schedule(
-                    keys=[shards[i].revisit_due, shards[i].revisit_requests, shards[i].revisit_forgotten], args=args
-                )
+                self._revisit_schedule(keys=shards[i].revisit_keys()[:4], args=[shards[i].revisit + "b:", *args])
                 for i, args in by_shard.items()
             )
         )
 
-    async def queue_due(self, most: int = 500) -> tuple[int, float]:
-        """Move the scheduled revisits that are due into their hosts' queues, at most ``most`` per
-        shard (``lua/revisit_due.lua``). Returns (pages moved, seconds until the next one is due,
-        ``-1`` when none is scheduled)."""
+    async def queue_due(self, most: int = 500, window: float = 60.0, keep: float = 400 * 86400) -> tuple[int, float]:
+        """Move the scheduled revisits that are due into their hosts' queues, at least ``most`` per
+        shard when due, whole parts at a time (``lua/revisit_due.lua``). ``window``: seconds within
+        which a second record of a page is a duplicate and dropped (less than the shortest
+        interval); ``keep``: seconds a superseded fingerprint is remembered (more than the longest
+        interval). Returns (pages moved, seconds until the next one is due, ``-1`` when none is
+        scheduled)."""
         replies = await asyncio.gather(
             *(
-                self._revisit_due(keys=[sh.revisit_due, sh.revisit_requests, sh.queue], args=[sh.queue_prefix, most])
+                self._revisit_due(
+                    keys=[*sh.revisit_keys()[:5], sh.queue, *sh.revisit_keys()[5:]],
+                    args=[sh.revisit + "b:", sh.queue_prefix, most, round(window * 1000), round(keep * 1000)],
+                )
                 for sh in self.shards
             )
         )
@@ -663,7 +658,6 @@ class Frontier:
         prefixes: list[str] = []
         for sh in self.shards:
             keys += [sh.queue, sh.dupefilter, sh.bloom, sh.forgotten]
-            keys += [sh.revisit_due, sh.revisit_requests, sh.revisit_forgotten]
             if k.shards:
                 keys.append(sh.rates)
             prefixes += [sh.queue_prefix, sh.dupefilter + ":", sh.politeness_prefix]

@@ -168,23 +168,62 @@ class Shard:
         return self.queue_prefix + "@ranked"
 
     @property
+    def revisit(self) -> str:
+        """The prefix of the shard's revisit schedule (``REVISIT_INTERVAL``; its layout:
+        ``lua/lib/revisit_wheel.lua`` and docs/revisits.md): ``<prefix>wheel`` (sorted set of
+        parts by due time), ``<prefix>meta`` (hash of counts), ``<prefix>templates`` (hash),
+        ``<prefix>b:<part>`` (strings of packed records)."""
+        return self.queue_prefix + "@revisit:"
+
+    @property
+    def revisit_wheel(self) -> str:
+        return self.revisit + "wheel"
+
+    @property
+    def revisit_meta(self) -> str:
+        return self.revisit + "meta"
+
+    @property
+    def revisit_templates(self) -> str:
+        return self.revisit + "templates"
+
+    @property
+    def revisit_superseded(self) -> str:
+        """Sorted set: the first 8 bytes of the fingerprints of pages ``scrapy forget`` or
+        ``scrapy push --now`` took out of the shard's revisit schedule -> when (Unix ms, Redis
+        time): a record scheduled before is dropped when due, and a revisit under way then does
+        not schedule the page again."""
+        return self.revisit + "superseded"
+
+    @property
+    def revisit_moved(self) -> str:
+        """Sorted set: the first 8 bytes of the fingerprints of pages moved from the shard's
+        revisit schedule lately -> when (Unix ms): a second record of a page due in that window
+        is a duplicate (``lua/revisit_due.lua``)."""
+        return self.revisit + "moved"
+
+    @property
     def revisit_due(self) -> str:
-        """Sorted set of the shard's pages scheduled for a revisit (``REVISIT_INTERVAL``):
-        fingerprint -> when it is due (Unix ms, Redis time)."""
-        return self.queue_prefix + "@revisit:due"
+        """The revisit schedule's former layout, drained as it comes due: sorted set of
+        fingerprints -> when due (Unix ms)."""
+        return self.revisit + "due"
 
     @property
     def revisit_requests(self) -> str:
-        """Hash of the shard's scheduled revisits: fingerprint -> ``<host> TAB <score> TAB
-        <payload>``, what ``lua/revisit_due.lua`` queues when it is due."""
-        return self.queue_prefix + "@revisit:requests"
+        """The former layout's hash: fingerprint -> ``<host> TAB <score> TAB <payload>``."""
+        return self.revisit + "requests"
 
-    @property
-    def revisit_forgotten(self) -> str:
-        """Set of the fingerprints ``scrapy forget`` took out of the shard's revisit schedule in
-        the last day: a revisit of one of them then queued or in flight does not schedule it
-        again (``lua/revisit_schedule.lua``)."""
-        return self.queue_prefix + "@revisit:forgotten"
+    def revisit_keys(self) -> list[str]:
+        """Every key of the shard's revisit schedule but its parts, for the scripts' KEYS."""
+        return [
+            self.revisit_wheel,
+            self.revisit_meta,
+            self.revisit_templates,
+            self.revisit_superseded,
+            self.revisit_moved,
+            self.revisit_due,
+            self.revisit_requests,
+        ]
 
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id

@@ -29,8 +29,13 @@ schedule: a failed request goes to the dead letters as in any crawl.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import struct
+import time
+import zlib
 from datetime import UTC, datetime
+from email.utils import formatdate, parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
@@ -39,6 +44,8 @@ from scrapy.http import Request
 from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_frontier.config import fail_at_open, read_setting
+from scrapy_frontier.payload import compact_payload, expand_payload
+from scrapy_frontier.scripts import source
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -107,10 +114,6 @@ def signature(response: Response, items: Iterable[Any]) -> str:
     return hashlib.sha256("\n".join(hashes).encode()).hexdigest()
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
-
-
 class RevisitMiddleware:
     """Spider middleware (order 60: just outside Scrapy's ``HttpErrorMiddleware``, 50, so that
     it sees the ``HttpError`` of a ``304`` first, and takes it without the line that middleware
@@ -174,16 +177,14 @@ class RevisitMiddleware:
         if request is None:
             yield from out
             return
-        state = dict(request.meta.get(REVISIT_META) or {})
-        now = _now()
+        state = read_state(request.meta.get(REVISIT_META))
+        now = int(time.time())
         interval = float(state.get("interval") or self.interval)
         if response.status == 304 and state:
             self.stats.inc_value("revisit/not_modified")
             self.stats.inc_value("revisit/unchanged")
             state["interval"] = next_interval(interval, False, self.low, self.high)
-            etag = response.headers.get(b"ETag")
-            if etag:
-                state["etag"] = etag.decode("latin-1")
+            state["etag"] = _etag(response) or state.get("etag")
             yield from out
             yield self._next(request, state)
             return
@@ -193,7 +194,7 @@ class RevisitMiddleware:
             yield from out
             return
         items = [x for x in out if not isinstance(x, Request)]
-        digest = signature(response, items)
+        digest = signature(response, items)[:16]
         if not state:
             state = {"interval": interval, "first_seen": now, "changed_at": None, "changes": 0}
         else:
@@ -204,13 +205,13 @@ class RevisitMiddleware:
                 state["changes"] = int(state.get("changes") or 0) + 1
             state["interval"] = next_interval(interval, changed, self.low, self.high)
         state["hash"] = digest
-        state["etag"] = _header(response, b"ETag")
-        state["last_modified"] = _header(response, b"Last-Modified")
+        state["etag"] = _etag(response)
+        state["last_modified"] = _http_date(response.headers.get(b"Last-Modified"))
         for item in items:
             adapter = ItemAdapter(item)
             for field, value in (
-                ("first_seen", state["first_seen"]),
-                ("changed_at", state["changed_at"]),
+                ("first_seen", _iso(state["first_seen"])),
+                ("changed_at", _iso(state["changed_at"])),
                 ("changes", state["changes"]),
             ):
                 if field in adapter.field_names():
@@ -219,63 +220,175 @@ class RevisitMiddleware:
         yield self._next(request, state)
 
     def _next(self, request: Request, state: dict[str, Any]) -> Request:
-        """The revisit of ``request``'s page: its first URL (before redirects), the validators of
-        ``state`` as conditional headers, due in ``state["interval"]`` seconds."""
+        """The revisit of ``request``'s page: its first URL (before redirects), due in
+        ``state["interval"]`` seconds; its conditional headers are put in when it is taken from
+        the frontier (:func:`add_validators`)."""
         meta = {k: v for k, v in request.meta.items() if k not in _TRANSIENT and not k.startswith("_")}
-        meta[REVISIT_IN_META] = (state["interval"], REVISIT_META in request.meta)
+        since = int(state.pop("scheduled", 0) or 0) if REVISIT_META in request.meta else 0
+        meta[REVISIT_IN_META] = (state["interval"], since)
         meta[REVISIT_META] = state
         headers = request.headers.copy()
-        for name in (b"If-None-Match", b"If-Modified-Since"):
+        for name in _CONDITIONAL:
             headers.pop(name, None)
-        if state.get("etag"):
-            headers[b"If-None-Match"] = state["etag"]
-        if state.get("last_modified"):
-            headers[b"If-Modified-Since"] = state["last_modified"]
-        if state.get("etag") or state.get("last_modified"):
-            self.stats.inc_value("revisit/conditional")
         self.stats.inc_value("revisit/scheduled")
         url = (request.meta.get("redirect_urls") or [request.url])[0]
         return request.replace(url=url, headers=headers, meta=meta, dont_filter=True)
 
 
-#: Seconds a page ``scrapy forget`` took out of the schedule stays marked so: a revisit of it
-#: queued or in flight then does not schedule it again.
-FORGOTTEN_FOR = 86400
+#: The request headers of a conditional GET (RFC 9110 sections 13.1.2 and 13.1.3).
+_CONDITIONAL = (b"If-None-Match", b"If-Modified-Since")
 
 
-def unschedule(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int:
-    """Take pages out of the revisit schedule (``scrapy forget``), and mark them so for
-    :data:`FORGOTTEN_FOR` seconds (a revisit of one already queued or in flight leaves it out):
-    ``fingerprints`` (hex) by frontier shard index; ``client`` a synchronous redis client.
-    Returns how many were in the schedule."""
-    taken = 0
+def add_validators(request: Request) -> bool:
+    """Make a revisit taken from the frontier a conditional GET (RFC 9110 section 13.1): its
+    state's ETag as ``If-None-Match``, its Last-Modified as ``If-Modified-Since``. Returns
+    whether it carries one."""
+    state = read_state(request.meta.get(REVISIT_META))
+    etag, modified = state.get("etag"), state.get("last_modified")
+    if etag:
+        request.headers[b"If-None-Match"] = etag
+    if modified:
+        request.headers[b"If-Modified-Since"] = formatdate(modified, usegmt=True)
+    return bool(etag or modified)
+
+
+def read_state(state: Any) -> dict[str, Any]:
+    """A revisit state as the schedule gives it back (times in Unix seconds, the first 16 hex
+    digits of the content hash); one written before the packed schedule (ISO times, a whole
+    hash, an HTTP-date) is read into that form."""
+    if not isinstance(state, dict):
+        return {}
+    state = dict(state)
+    for key in ("first_seen", "changed_at"):
+        if isinstance(state.get(key), str):
+            state[key] = int(datetime.fromisoformat(state[key]).timestamp())
+    if isinstance(state.get("last_modified"), str):
+        state["last_modified"] = _http_date(state["last_modified"].encode("latin-1"))
+    if isinstance(state.get("hash"), str):
+        state["hash"] = state["hash"][:16]
+    return state
+
+
+#: The revisit state's stand-in in a revisit's template (``lua/lib/revisit_wheel.lua``).
+STATE_MARK = "\x00revisit-state\x00"
+#: :data:`STATE_MARK` as the request's JSON writes it.
+_STATE_JSON = json.dumps(STATE_MARK, ensure_ascii=False)
+#: The start of a request's JSON (:func:`~scrapy_frontier.serialize.request_to_json` writes the URL first).
+_URL_OPEN = '{"url":"'
+_JSON = json.JSONDecoder()
+
+
+def schedule_args(
+    payload: str, host: str, score: str, fingerprint: str, seconds: float, since: int, state: dict[str, Any]
+) -> list[Any]:
+    """The 13 values ``lua/revisit_schedule.lua`` takes for one page, in the record's order
+    (``lua/lib/revisit_wheel.lua``). ``payload``: the JSON of the page's revisit request with
+    :data:`STATE_MARK` as its revisit state; ``host`` its queue's host, ``score`` its priority as
+    the queue holds it (-priority, text), ``fingerprint`` hex, ``seconds`` until it is due,
+    ``since`` when the revisit that scheduled it was scheduled (Unix ms; 0: a first fetch),
+    ``state`` its revisit state (:func:`read_state`'s form). The template is the payload's queued
+    form less its URL's path and the state: pages of a host and request shape share one. Raises
+    ``ValueError`` for a payload that does not hold the mark."""
+    end = _JSON.raw_decode(payload, len(_URL_OPEN) - 1)[1] if payload.startswith(_URL_OPEN) else 0
+    if not end:
+        raise ValueError("a revisit's JSON starts with its URL")
+    compact = compact_payload(payload, host)
+    url_end = end - 1 - (len(payload) - len(compact))  # the URL's closing quote in the compact form
+    if compact.startswith("{"):  # a host the queue does not take out (capitals, IPv6): in the template
+        head, tail = compact[:url_end], ""
+    else:
+        head = "h" if compact.startswith("h") else ""
+        tail = compact[len(head) : url_end]
+    middle, after = compact[url_end:].split(_STATE_JSON, 1)
+    template = "\0".join((host, score, head, middle, after))
+    return [
+        fp_key(fingerprint),
+        max(0, round(seconds * 1000)),
+        template,
+        zlib.crc32(template.encode()),
+        repr(float(state["interval"])),
+        int(state.get("first_seen") or 0),
+        int(state.get("changed_at") or 0),
+        min(int(state.get("changes") or 0), 2**32 - 1),
+        bytes.fromhex((state.get("hash") or "").ljust(16, "0")[:16]),
+        int(state.get("last_modified") or 0),
+        state.get("etag") or "",
+        tail,
+        since,
+    ]
+
+
+def supersede(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int:
+    """Take pages out of the revisit schedule (``scrapy forget``, ``scrapy push --now``): their
+    records scheduled before now are dropped when due, and a revisit of one of them queued or in
+    flight does not schedule it again; a first fetch of it does. ``fingerprints`` (hex) by
+    frontier shard index; ``client`` a synchronous redis client. Returns how many were marked
+    (scheduled or not: the schedule has no index by page)."""
+    marked = 0
     for index, fps in fingerprints.items():
         if fps:
-            sh = keys.shard(index)
-            with client.pipeline(transaction=True) as pipe:
-                pipe.zrem(sh.revisit_due, *fps)
-                pipe.hdel(sh.revisit_requests, *fps)
-                pipe.sadd(sh.revisit_forgotten, *fps)
-                pipe.expire(sh.revisit_forgotten, FORGOTTEN_FOR)
-                taken += int(pipe.execute()[0])
-    return taken
+            script = client.register_script(source("revisit_supersede"))
+            marked += int(script(keys=[keys.shard(index).revisit_superseded], args=[fp_key(fp) for fp in fps]))
+    return marked
 
 
-def make_due(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> set[str]:
-    """Make scheduled pages due now (``scrapy push --now``), their revisit state kept:
-    ``fingerprints`` (hex) by frontier shard index; ``client`` a synchronous redis client.
-    Returns the fingerprints that were scheduled."""
-    due: set[str] = set()
-    for index, fps in fingerprints.items():
-        if fps:
-            sh = keys.shard(index)
-            with client.pipeline(transaction=False) as pipe:
-                for fp in fps:
-                    pipe.zadd(sh.revisit_due, {fp: 0}, xx=True, ch=True)
-                due |= {fp for fp, changed in zip(fps, pipe.execute()) if changed}
-    return due
+def fp_key(fingerprint: str) -> bytes:
+    """A fingerprint (hex) as the revisit schedule names it: its first 8 bytes (a false match
+    needs two of the pages superseded in a year to share them: 1 in 2^64 per pair)."""
+    return bytes.fromhex(fingerprint[:16])
 
 
-def _header(response: Response, name: bytes) -> str | None:
-    value = response.headers.get(name)
-    return value.decode("latin-1") if value else None
+#: A record's fixed part (``lua/lib/revisit_wheel.lua``'s WHEEL_RECORD up to the ETag's length).
+_RECORD = struct.Struct("<8sIfIII8sIB")
+
+
+def read_schedule(client: Any, keys: Any) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Every page in the revisit schedule, shard by shard, as ``lua/revisit_due.lua`` will move
+    them (for tests and inspection; it reads the whole schedule): ``(url, bucket's end in Unix
+    ms, record fields)``. ``client``: a synchronous redis client."""
+    for sh in keys.all_shards():
+        superseded = {k: v for k, v in client.zrange(sh.revisit_superseded, 0, -1, withscores=True)}
+        templates = {int(k): v.decode().split("\0") for k, v in client.hgetall(sh.revisit_templates).items()}
+        for part, ends in client.zrange(sh.revisit_wheel, 0, -1, withscores=True):
+            data = client.get(sh.revisit + "b:" + part.decode()) or b""
+            pos = 0
+            while pos < len(data):
+                fields = _RECORD.unpack_from(data, pos)
+                pos += _RECORD.size
+                etag = data[pos : pos + fields[-1]].decode()
+                pos += fields[-1]
+                (size,) = struct.unpack_from("<H", data, pos)
+                tail = data[pos + 2 : pos + 2 + size].decode()
+                pos += 2 + size
+                host, _, head, _, _ = templates[fields[1]]
+                url = json.loads(expand_payload((head + tail + '"}').encode(), host.encode()))["url"]
+                names = ("fingerprint", "template", "interval", "first_seen", "changed_at", "changes", "hash")
+                record = dict(zip(names, fields))
+                record.update(last_modified=fields[7], etag=etag)
+                if ends - int(record["interval"] * 1000) >= superseded.get(record["fingerprint"], 0):
+                    yield url, int(ends), record
+
+
+def _etag(response: Response) -> str | None:
+    """The response's ETag when the schedule can keep it: printable ASCII (RFC 9110 section
+    8.8.3's ``etagc`` less obs-text), at most 255 characters; else ``None`` (Last-Modified alone
+    then makes the revisit conditional)."""
+    value = response.headers.get(b"ETag")
+    if not value or len(value) > 255 or any(b < 0x21 or b > 0x7E for b in value):
+        return None
+    return value.decode("ascii")
+
+
+def _http_date(value: bytes | None) -> int | None:
+    """An HTTP-date (RFC 9110 section 5.6.7) in Unix seconds, ``None`` when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return int(parsedate_to_datetime(value.decode("latin-1")).timestamp())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def _iso(seconds: int | None) -> str | None:
+    """Unix seconds as an ISO 8601 time (UTC), ``None`` as it is."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat() if seconds else None

@@ -28,7 +28,7 @@ from scrapy_frontier.dupefilter import (
 )
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
-from scrapy_frontier.revisit import unschedule
+from scrapy_frontier.revisit import supersede
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 
@@ -161,7 +161,7 @@ class Command(RedisCommand):
                 fingerprinter.fingerprint(request).hex(),
                 keys.shard_of(queue_host(urlparse_cached(request).hostname)).index,
             )
-        known = unscheduled = 0
+        known = 0
         if fingerprints:
             dupefilter = Dupefilter(client, keys, config)
             for shard in sorted(set(shard_of.values())):
@@ -169,7 +169,7 @@ class Command(RedisCommand):
             by_shard: dict[int, list[str]] = {}
             for fp, shard in shard_of.items():
                 by_shard.setdefault(shard, []).append(fp)
-            unscheduled = unschedule(client, keys, by_shard)
+            supersede(client, keys, by_shard)
             # running workers empty their local first look at their next heartbeat
             client.incr(keys.forgets)
             if opts.push:
@@ -179,7 +179,6 @@ class Command(RedisCommand):
             "known": known if layout != "bloom" else None,
             "layout": layout,
             "pushed": len(fingerprints) if opts.push else 0,
-            "unscheduled": unscheduled,
             "urls": [raw.decode("utf-8", "backslashreplace") for raw in fingerprints.values()],
             "refused": self._refused,
         }
@@ -216,6 +215,5 @@ class Command(RedisCommand):
         lines.append(
             f"forgot {plural(result['forgotten'], 'URL')} in the {result['layout']} dupefilter{known}; pushed "
             f"{result['pushed']}"
-            + (f"; {result['unscheduled']} taken out of the revisit schedule" if result["unscheduled"] else "")
         )
         return "\n".join(lines)

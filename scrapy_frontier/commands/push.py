@@ -1,8 +1,10 @@
 """``scrapy push <spider> URL_OR_JSON... [--file F] [--now]``: check start-URL payloads, then push
-them; with ``--now``, a page in the revisit schedule is made due now instead."""
+them; with ``--now``, pushed to be fetched even if seen, each page's record in the revisit
+schedule superseded: fetched now, the page is scheduled again from that fetch."""
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,7 @@ from scrapy_frontier.config import read_value
 from scrapy_frontier.connection import text
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
-from scrapy_frontier.revisit import make_due
+from scrapy_frontier.revisit import supersede
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 
@@ -44,8 +46,8 @@ class Command(RedisCommand):
         parser.add_argument(
             "--now",
             action="store_true",
-            help="a URL in the revisit schedule (REVISIT_INTERVAL) is made due now, its revisit state kept, "
-            "rather than pushed",
+            help="fetch each URL now even if seen (dont_filter); a page in the revisit schedule "
+            "(REVISIT_INTERVAL) is scheduled again from that fetch, its interval from REVISIT_INTERVAL",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -92,34 +94,44 @@ class Command(RedisCommand):
                     f"warning: {request.url}: unknown keys {', '.join(map(repr, unknown))} will be ignored",
                     file=sys.stderr,
                 )
-        due = 0
+        now = 0
         if opts.now and good:
-            scheduled = self._scheduled(client, keys, requests)
-            due = len(scheduled)
-            good = [raw for raw, request in zip(good, requests) if request.url not in scheduled]
+            now = self._supersede(client, keys, requests)
+            good = [_dont_filter(raw, request) for raw, request in zip(good, requests)]
         self.push_start_urls(client, keys, good)
-        return {"pushed": len(good), "due_now": due, "refused": self._refused}
+        return {"pushed": len(good), "now": len(good) if opts.now else 0, "superseded": now, "refused": self._refused}
 
-    def _scheduled(self, client: redis.Redis, keys: Keys, requests: list[Any]) -> set[str]:
-        """Make those of ``requests`` that are in the revisit schedule due now; their URLs."""
+    def _supersede(self, client: redis.Redis, keys: Keys, requests: list[Any]) -> int:
+        """Supersede the revisit-schedule records of ``requests`` (:func:`supersede`); how many."""
         assert self.settings is not None
         stored = {text(k): text(v) for k, v in client.hgetall(keys.dupefilter_meta).items()}
         if not stored:
-            return set()  # no crawl yet: nothing scheduled
+            return 0  # no crawl yet: nothing scheduled
         spidercls = get_spider_loader(self.settings).load(keys.spider)
         fingerprinter = crawl_request_fingerprinter(self.settings, spidercls, stored)
-        urls: dict[str, str] = {}
         by_shard: dict[int, list[str]] = {}
         for request in requests:
             fp = fingerprinter.fingerprint(request).hex()
-            urls[fp] = request.url
             by_shard.setdefault(keys.shard_of(queue_host(urlparse_cached(request).hostname)).index, []).append(fp)
-        return {urls[fp] for fp in make_due(client, keys, by_shard)}
+        return supersede(client, keys, by_shard)
 
     def describe(self, result: dict[str, Any]) -> str:
         lines = [f"refused {shown} ({r['reason']}): {r['detail']}" for shown, r in zip(self._shown, result["refused"])]
         lines.append(
             f"pushed {plural(result['pushed'], 'payload')}, refused {len(result['refused'])}"
-            + (f"; {plural(result['due_now'], 'scheduled page')} due now" if result["due_now"] else "")
+            + (f"; {result['now']} to fetch now, even if seen" if result["now"] else "")
         )
         return "\n".join(lines)
+
+
+def _dont_filter(raw: bytes, request: Any) -> bytes:
+    """A start-URL payload that the dupefilter lets through: its JSON object with ``dont_filter``
+    true (a plain URL's: ``{"url": ..., "dont_filter": true}``)."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict):
+        payload = {"url": request.url}
+    payload["dont_filter"] = True
+    return json.dumps(payload).encode()

@@ -127,23 +127,21 @@ def read_revisits(client: redis.Redis, keys: Keys, now: float, totals: dict[str,
     next one is due (``next_due_in_s``, ``None``: none scheduled or some due now), and the share
     of revisits answered 304 (``not_modified_share``, ``None`` before any revisit). ``now``: the
     server's Unix time."""
-    now_ms = int(now * 1000)
     with client.pipeline(transaction=False) as pipe:
         for sh in keys.all_shards():
-            pipe.zcard(sh.revisit_due)
-            pipe.zcount(sh.revisit_due, "-inf", now_ms)
-            pipe.zrange(sh.revisit_due, 0, 0, withscores=True)
-        replies = pipe.execute()
-    scheduled = sum(replies[0::3])
-    due = sum(replies[1::3])
-    firsts = [first[0][1] for first in replies[2::3] if first]
-    earliest = min(firsts) if firsts else None
+            pipe.eval(source("revisit_count"), 3, sh.revisit_wheel, sh.revisit_meta, sh.revisit_due)
+        replies = [[int(v) for v in r] for r in pipe.execute()]
+    scheduled = sum(r[0] for r in replies)
+    due = sum(r[1] for r in replies)
+    # r[2]: ms the shard's earliest page is overdue (negative: due in that many ms)
+    lates = [r[2] for r in replies if r[0]]
+    late = max(lates) / 1000 if lates else None
     revisits = totals.get("revisits_changed", 0) + totals.get("revisits_unchanged", 0)
     return {
         "scheduled": scheduled,
         "due": due,
-        "overdue_s": round(max(0.0, now - earliest / 1000), 1) if earliest is not None else 0.0,
-        "next_due_in_s": round(earliest / 1000 - now, 1) if earliest is not None and earliest > now_ms else None,
+        "overdue_s": round(max(0.0, late), 1) if late is not None else 0.0,
+        "next_due_in_s": round(-late, 1) if late is not None and late < 0 else None,
         "not_modified_share": round(totals.get("revisits_not_modified", 0) / revisits, 3) if revisits else None,
     }
 

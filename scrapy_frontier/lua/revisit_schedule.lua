@@ -1,27 +1,66 @@
 -- revisit_schedule: put pages in the shard's revisit schedule, each due a number of ms from now
--- (Redis time). A page already scheduled (the same fingerprint) is rescheduled: its entry is
--- replaced, never doubled. A page `scrapy forget` took out of the schedule while its revisit was
--- queued or in flight (its fingerprint in KEYS[3]) is not scheduled again by that revisit; a
--- first fetch of it is.
--- KEYS[1] the shard's due times (sorted set: fingerprint -> due, Unix ms), KEYS[2] the shard's
--- scheduled requests (hash: fingerprint -> '<host>\t<score>\t<payload>'), KEYS[3] the shard's
--- forgotten revisits (set of fingerprints)
--- ARGV: n x (fingerprint, ms from now, host, score (-priority, as text), payload, revisit: '1' for
--- a page that was scheduled before this fetch, '0' for its first fetch)
--- Returns how many pages the schedule holds now.
+-- (Redis time), as packed records in buckets by due time (layout: lib/revisit_wheel.lua). A page
+-- whose revisit state was scheduled before `scrapy forget` or `scrapy push --now` superseded its
+-- fingerprint is left out: its newer record (or none) stands.
+-- KEYS[1] the shard's wheel, KEYS[2] its meta hash, KEYS[3] its templates, KEYS[4] its superseded
+-- fingerprints (sorted set: first 8 bytes -> Unix ms)
+-- ARGV[1] the parts' key prefix (<prefix>b:), then per page 12 values: fingerprint (8 bytes), ms
+-- from now, template text, template id proposed (its CRC-32; the next free id on a clash),
+-- interval (s), first seen, changed at, changes, content hash (8 bytes), Last-Modified, ETag, URL
+-- after its host (JSON text), and a 13th: when the revisit that scheduled it was itself
+-- scheduled (Unix ms; 0 for a first fetch)
+-- Returns how many pages the shard's schedule holds now.
 --! include redis_time
+--! include revisit_wheel
 local now = redis_now_ms()
-local due, data = {}, {}
-for i = 1, #ARGV, 6 do
-  local fp = ARGV[i]
-  local forgotten = redis.call('SREM', KEYS[3], fp) == 1
-  if not (forgotten and ARGV[i + 5] == '1') then
-    due[#due + 1] = now + tonumber(ARGV[i + 1])
-    due[#due + 1] = fp
-    data[#data + 1] = fp
-    data[#data + 1] = ARGV[i + 2] .. '\t' .. ARGV[i + 3] .. '\t' .. ARGV[i + 4]
+local WHEEL, META, TEMPLATES, SUPERSEDED = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local parts = ARGV[1]
+local superseded_any = redis.call('EXISTS', SUPERSEDED) == 1
+local ids, buckets, order = {}, {}, {}
+local added = 0
+for i = 2, #ARGV, 13 do
+  local fp, since = ARGV[i], tonumber(ARGV[i + 12])
+  local at = superseded_any and since > 0 and redis.call('ZSCORE', SUPERSEDED, fp)
+  if not (at and since < tonumber(at)) then
+    local template = ARGV[i + 2]
+    local id = ids[template]
+    if not id then
+      id = tonumber(ARGV[i + 3])
+      while true do
+        local have = redis.call('HGET', TEMPLATES, id)
+        if not have then
+          redis.call('HSET', TEMPLATES, id, template)
+          break
+        end
+        if have == template then break end
+        id = (id + 1) % 4294967296
+      end
+      ids[template] = id
+    end
+    local etag, tail = ARGV[i + 10], ARGV[i + 11]
+    local record = struct.pack(WHEEL_RECORD, fp, id, tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5]),
+      tonumber(ARGV[i + 6]), tonumber(ARGV[i + 7]), ARGV[i + 8], tonumber(ARGV[i + 9]), #etag, etag, #tail, tail)
+    local delay = math.max(0, tonumber(ARGV[i + 1]))
+    local size = 2 ^ wheel_level(delay)
+    local index = math.ceil((now + delay) / size)
+    local name = string.format('%d:%.0f', wheel_level(delay), index)
+    local bucket = buckets[name]
+    if not bucket then
+      bucket = {ends = string.format('%.0f', index * size), records = {}}
+      buckets[name] = bucket
+      order[#order + 1] = name
+    end
+    bucket.records[#bucket.records + 1] = record
+    added = added + 1
   end
 end
-for j = 1, #due, 1000 do redis.call('ZADD', KEYS[1], unpack(due, j, math.min(j + 999, #due))) end
-for j = 1, #data, 1000 do redis.call('HSET', KEYS[2], unpack(data, j, math.min(j + 999, #data))) end
-return redis.call('ZCARD', KEYS[1])
+for _, name in ipairs(order) do
+  local bucket = buckets[name]
+  local part = name .. ':' .. (redis.call('HGET', META, name) or '0')
+  local size = redis.call('APPEND', parts .. part, table.concat(bucket.records))
+  redis.call('ZADD', WHEEL, bucket.ends, part)
+  redis.call('HINCRBY', META, 'c:' .. part, #bucket.records)
+  if size >= WHEEL_PART_BYTES then redis.call('HINCRBY', META, name, 1) end
+end
+if added > 0 then return redis.call('HINCRBY', META, 'n', added) end
+return tonumber(redis.call('HGET', META, 'n') or '0')

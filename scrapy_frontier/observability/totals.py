@@ -150,7 +150,7 @@ class ClusterTotals:
                 for sh in shards:
                     pipe.hgetall(sh.inflight)
                 for sh in shards:
-                    pipe.eval(self._revisit_count, 1, sh.revisit_due)
+                    pipe.eval(self._revisit_count, 3, sh.revisit_wheel, sh.revisit_meta, sh.revisit_due)
                 if address:
                     # EVAL, not a registered script: those cost a SCRIPT EXISTS round trip per pipeline.
                     pipe.eval(self._set_if_exists, 1, k.node_info(self.node_id), "metrics", address)

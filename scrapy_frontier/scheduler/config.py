@@ -80,6 +80,8 @@ class SchedulerConfig:
     start_urls_key: str | None = None
     #: Pages are revisited (REVISIT_INTERVAL > 0): the crawl never closes for being idle.
     revisit: bool = False
+    #: REVISIT_MIN_INTERVAL and REVISIT_MAX_INTERVAL (seconds).
+    revisit_bounds: tuple[float, float] = (60.0, 365 * 86400.0)
     #: Seconds the whole crawl must have been idle before this worker closes, 0 for never
     #: (:func:`~scrapy_frontier.scrapy_redis_compat.close_after`; set by :meth:`for_spider`).
     close_after: float = 0.0
@@ -172,6 +174,10 @@ class SchedulerConfig:
             idle_before_close=idle_before_close,
             queue_order=order,
             revisit=read_setting(crawler, "REVISIT_INTERVAL") > 0,
+            revisit_bounds=(
+                read_setting(crawler, "REVISIT_MIN_INTERVAL"),
+                read_setting(crawler, "REVISIT_MAX_INTERVAL"),
+            ),
         )
 
     def for_spider(self, spider: Spider, settings: BaseSettings) -> SchedulerConfig:

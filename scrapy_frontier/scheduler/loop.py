@@ -35,7 +35,7 @@ from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX, lease_host
 from scrapy_frontier.politeness import SEND_AT_META, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
-from scrapy_frontier.revisit import REVISIT_IN_META
+from scrapy_frontier.revisit import REVISIT_IN_META, REVISIT_META, STATE_MARK, add_validators, schedule_args
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -128,7 +128,7 @@ class FrontierLoop:
         self._to_push: list[Entry] = []
         #: Revisits to schedule (entry, seconds until due, scheduled before this fetch), sent
         #: before the acknowledgements.
-        self._to_schedule: list[tuple[Entry, float, bool]] = []
+        self._to_schedule: list[tuple[str, list[Any]]] = []
         self._next_revisit_look = 0.0
         self._log_duplicates = True
         self._wait_short_seen = 0
@@ -229,15 +229,22 @@ class FrontierLoop:
             return None
 
     def _schedule(self, request: Request) -> str:
-        """Buffer a revisit (:mod:`scrapy_frontier.revisit`) for the revisit schedule, named by its
-        fingerprint: ``"queued"`` or ``"refused"``."""
-        seconds, revisit = request.meta.pop(REVISIT_IN_META)
-        payload = self._serialized(request, "revisit")
+        """Buffer a revisit (:mod:`scrapy_frontier.revisit`) for the revisit schedule:
+        ``"queued"`` or ``"refused"``."""
+        seconds, since = request.meta.pop(REVISIT_IN_META)
+        state = request.meta[REVISIT_META]
+        payload = self._serialized(request.replace(meta={**request.meta, REVISIT_META: STATE_MARK}), "revisit")
         if payload is None:
             return "refused"
+        host = queue_host(urlparse_cached(request).hostname)
         fingerprint = self.fingerprinter.fingerprint(request).hex()
-        entry = Entry(fingerprint, queue_host(urlparse_cached(request).hostname), -request.priority, payload)
-        self._to_schedule.append((entry, float(seconds), bool(revisit)))
+        try:
+            args = schedule_args(payload, host, str(-request.priority), fingerprint, float(seconds), int(since), state)
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.error("Refused revisit %s of spider %r: %s", request.url, self.spider.name, exc)
+            self.stats.inc_value("frontier/refused/revisit")
+            return "refused"
+        self._to_schedule.append((host, args))
         self._wakeup.set()
         return "queued"
 
@@ -253,7 +260,10 @@ class FrontierLoop:
         when the next one is due sooner)."""
         if not self.config.revisit or time.monotonic() < self._next_revisit_look:
             return
-        moved, next_in = await self.frontier.queue_due(_REVISIT_BATCH)
+        low, high = self.config.revisit_bounds
+        # a page's records are at least its shortest interval apart; a duplicate (its worker died
+        # between scheduling and acknowledging it) is due within a lease's reclaim
+        moved, next_in = await self.frontier.queue_due(_REVISIT_BATCH, min(0.9 * low, 600.0), high + 86400)
         wait = _REVISIT_LOOK if next_in < 0 else min(_REVISIT_LOOK, max(0.05, next_in))
         self._next_revisit_look = time.monotonic() + (0.0 if moved >= _REVISIT_BATCH else wait)
         if moved:
@@ -565,6 +575,8 @@ class FrontierLoop:
             except Exception as exc:
                 self.leases.unreadable(lease, exc)
                 continue
+            if REVISIT_META in request.meta and add_validators(request):
+                self.stats.inc_value("revisit/conditional")
             if lease.send_in >= 0:
                 request.meta[SEND_AT_META] = (now + lease.send_in, lease.interval, lease.strict, now)
                 if debug:
