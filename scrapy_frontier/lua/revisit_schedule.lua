@@ -54,13 +54,31 @@ for i = 2, #ARGV, 13 do
     added = added + 1
   end
 end
+-- A part is written whole (SET, not APPEND: APPEND keeps up to twice a string's length
+-- allocated), and filled to at most WHEEL_PART_BYTES, so that it fills an 8 KB allocation.
 for _, name in ipairs(order) do
   local bucket = buckets[name]
-  local part = name .. ':' .. (redis.call('HGET', META, name) or '0')
-  local size = redis.call('APPEND', parts .. part, table.concat(bucket.records))
+  local number = tonumber(redis.call('HGET', META, name) or '0')
+  local part = name .. ':' .. number
+  local data = {redis.call('GET', parts .. part) or ''}
+  local size, count = #data[1], 0
+  for k, record in ipairs(bucket.records) do
+    if size + #record > WHEEL_PART_BYTES and size > 0 then
+      redis.call('SET', parts .. part, table.concat(data))
+      redis.call('ZADD', WHEEL, bucket.ends, part)
+      redis.call('HINCRBY', META, 'c:' .. part, count)
+      number = number + 1
+      part = name .. ':' .. number
+      redis.call('HSET', META, name, number)
+      data, size, count = {}, 0, 0
+    end
+    data[#data + 1] = record
+    size = size + #record
+    count = count + 1
+  end
+  redis.call('SET', parts .. part, table.concat(data))
   redis.call('ZADD', WHEEL, bucket.ends, part)
-  redis.call('HINCRBY', META, 'c:' .. part, #bucket.records)
-  if size >= WHEEL_PART_BYTES then redis.call('HINCRBY', META, name, 1) end
+  redis.call('HINCRBY', META, 'c:' .. part, count)
 end
 if added > 0 then return redis.call('HINCRBY', META, 'n', added) end
 return tonumber(redis.call('HGET', META, 'n') or '0')

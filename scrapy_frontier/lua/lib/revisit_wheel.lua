@@ -15,10 +15,10 @@
 -- A record: fingerprint (first 8 bytes), template id, interval (s, float32), first seen,
 -- changed at, changes (Unix s; 0: never), content hash (first 8 bytes), Last-Modified (Unix s;
 -- 0: none), ETag (length byte, bytes), the URL after its host as JSON text (2-byte length, bytes).
--- Defines: WHEEL_RECORD (the struct format), WHEEL_PART_BYTES (a part's size past which the
--- bucket's next records start a new part), wheel_level(delay_ms) -> L.
+-- Defines: WHEEL_RECORD (the struct format), WHEEL_PART_BYTES (the most bytes of records a part
+-- holds: with its string's header, 8 KB, an allocation size of jemalloc's), wheel_level(delay_ms) -> L.
 local WHEEL_RECORD = '<c8I4fI4I4I4c8I4Bc0Hc0'
-local WHEEL_PART_BYTES = 32768
+local WHEEL_PART_BYTES = 8176
 local function wheel_level(delay)
   if delay < 128 then return 0 end
   return math.floor(math.log(delay / 64) / math.log(2))
