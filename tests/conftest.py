@@ -50,7 +50,7 @@ MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 SPIDERS = (
     *("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad"),
     *("dmoz", "myspider_redis", "mycrawler_redis", "myspider", "mycrawler"),
-    *("compat_redis", "compat_plain", "compat_bad", "compat_bad_redis", "fates"),
+    *("compat_redis", "compat_plain", "compat_bad", "compat_bad_redis", "fates", "wheel"),
 )
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.
