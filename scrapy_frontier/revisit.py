@@ -1,9 +1,9 @@
 """Revisits: a crawl that keeps its pages fresh (``REVISIT_INTERVAL`` > 0, distributed mode).
 
 Every page a spider callback handled with a ``200`` is scheduled again, due after its revisit
-interval; the schedule lives in the frontier (each shard's ``<queue>:@revisit:due`` and
-``<queue>:@revisit:requests``, :meth:`~scrapy_frontier.frontier.Frontier.schedule`), and a due
-page enters its host's queue (:meth:`~scrapy_frontier.frontier.Frontier.queue_due`), to be
+interval; the schedule lives in the frontier (each shard's packed records in buckets by due
+time, ``lua/lib/revisit_wheel.lua``, :meth:`~scrapy_frontier.frontier.Frontier.schedule`), and a
+due page enters its host's queue (:meth:`~scrapy_frontier.frontier.Frontier.queue_due`), to be
 leased, paced and acknowledged as any request. The scheduling rides in the flush that
 acknowledges the page's lease, before the acknowledgement: a worker that dies before it leaves
 the lease to be reclaimed, and the page is fetched and scheduled again.
@@ -18,7 +18,8 @@ and main text, so adverts, timestamps and "latest news" boxes do not count). A r
 items is compared by the hash of its body.
 
 A revisit is a conditional GET (RFC 9110 section 13.1): it carries ``If-None-Match`` with the
-last ``ETag`` and ``If-Modified-Since`` with the last ``Last-Modified``. A ``304 Not Modified``
+last ``ETag`` and ``If-Modified-Since`` with the last ``Last-Modified``, put in by the scheduler
+when it takes the revisit from the frontier (:func:`add_validators`). A ``304 Not Modified``
 counts as unchanged: the callback is not called (Scrapy's ``HttpErrorMiddleware`` would filter
 it; the revisit middleware takes it first, so that no line is logged for it), nothing is
 stored, no link is extracted again, and the page is scheduled again. Any other answer (``404``,
@@ -58,8 +59,8 @@ logger = logging.getLogger(__name__)
 #: Request meta key: the page's revisit state (:func:`new_state`), kept in the frontier with it.
 REVISIT_META = "revisit"
 #: Request meta key the middleware sets and the scheduler takes out: (seconds until the request
-#: is due, whether the page was scheduled before this fetch); the request goes to the revisit
-#: schedule, not to its host's queue.
+#: is due, when the revisit just fetched was scheduled: Unix ms, 0 after a first fetch); the
+#: request goes to the revisit schedule, not to its host's queue.
 REVISIT_IN_META = "_revisit_in"
 #: The interval's factor after a change (Nutch's ``db.fetch.schedule.adaptive.dec_rate`` 0.2).
 SHRINK = 0.8
@@ -140,6 +141,12 @@ class RevisitMiddleware:
         self.low = read_setting(crawler, "REVISIT_MIN_INTERVAL")
         self.high = read_setting(crawler, "REVISIT_MAX_INTERVAL")
         error = check_intervals(self.interval, self.low, self.high)
+        if not error and self.interval and read_setting(crawler, "DUPEFILTER_RECRAWL_AGE"):
+            error = (
+                "Settings REVISIT_INTERVAL and DUPEFILTER_RECRAWL_AGE cannot be used together: revisits fetch "
+                "every stored page again on its own schedule, and a page found again after the recrawl age "
+                "would be scheduled twice"
+            )
         if error:
             fail_at_open(crawler, "%s", error)
             raise NotConfigured
@@ -320,10 +327,11 @@ def schedule_args(
 
 def supersede(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int:
     """Take pages out of the revisit schedule (``scrapy forget``, ``scrapy push --now``): their
-    records scheduled before now are dropped when due, and a revisit of one of them queued or in
-    flight does not schedule it again; a first fetch of it does. ``fingerprints`` (hex) by
-    frontier shard index; ``client`` a synchronous redis client. Returns how many were marked
-    (scheduled or not: the schedule has no index by page)."""
+    records scheduled before now (Redis time) are dropped when due, and a revisit of one of them
+    queued or in flight does not schedule it again; a first fetch of it does
+    (``lua/revisit_supersede.lua``). ``fingerprints`` (hex) by frontier shard index; ``client`` a
+    synchronous redis client. Returns how many were marked, scheduled or not: the schedule has
+    no index by page."""
     marked = 0
     for index, fps in fingerprints.items():
         if fps:
@@ -333,8 +341,9 @@ def supersede(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int
 
 
 def fp_key(fingerprint: str) -> bytes:
-    """A fingerprint (hex) as the revisit schedule names it: its first 8 bytes (a false match
-    needs two of the pages superseded in a year to share them: 1 in 2^64 per pair)."""
+    """A fingerprint (hex) as the revisit schedule names it: its first 8 bytes. A scheduled page
+    is taken for a superseded one that shares them with a chance of 1 in 2^64 per superseded
+    page."""
     return bytes.fromhex(fingerprint[:16])
 
 

@@ -112,6 +112,7 @@ def test_intervals_that_do_not_fit_together_are_named(interval, low, high, named
         ({"REVISIT_INTERVAL": "30", "REVISIT_MIN_INTERVAL": "60"}, "REVISIT_INTERVAL=30"),
         ({"REVISIT_INTERVAL": "-1"}, "REVISIT_INTERVAL"),
         ({"REVISIT_MIN_INTERVAL": "100", "REVISIT_MAX_INTERVAL": "10"}, "REVISIT_MIN_INTERVAL=100"),
+        ({"REVISIT_INTERVAL": "120", "DUPEFILTER_RECRAWL_AGE": "3600"}, "DUPEFILTER_RECRAWL_AGE"),
     ],
 )
 def test_a_bad_revisit_setting_stops_the_crawl_at_start_in_one_line(settings, named, start_worker, redis_url):
