@@ -25,6 +25,7 @@ from scrapy_frontier.revisit import (
     add_validators,
     read_schedule,
     schedule_args,
+    supersede,
 )
 from scrapy_frontier.scripts import source
 from scrapy_frontier.serialize import request_from_json, request_to_json
@@ -209,10 +210,12 @@ def test_the_schedule_of_the_former_layout_is_drained_as_it_comes_due(redis_url,
     """A crawl scheduled by the version that kept each page in a sorted set and a hash: its
     pages are counted and queued when due, beside the wheel's."""
     old = '{"url":"https://old.example/p","meta":{"revisit":{"interval":60.0}},"dont_filter":true}'
-    redis_client.zadd(SHARD.revisit_due, {"f1": 0, "f2": 2_000_000_000_000})
-    redis_client.hset(SHARD.revisit_requests, mapping={"f1": f"old.example\t0\t{old}", "f2": f"old.example\t0\t{old}"})
+    f1, f2, f3 = ("ab" * 20, "cd" * 20, "ef" * 20)
+    redis_client.zadd(SHARD.revisit_due, {f1: 0, f2: 2_000_000_000_000, f3: 0})
+    redis_client.hset(SHARD.revisit_requests, mapping={f: f"old.example\t0\t{old}" for f in (f1, f2, f3)})
+    supersede(redis_client, KEYS, {0: [f3]})  # scrapy forget
     count = redis_client.register_script(source("revisit_count"))
-    assert count(keys=[SHARD.revisit_wheel, SHARD.revisit_meta, SHARD.revisit_due])[:2] == [2, 1]
+    assert count(keys=[SHARD.revisit_wheel, SHARD.revisit_meta, SHARD.revisit_due])[:2] == [3, 2]
 
     async def steps(frontier):
         await frontier.schedule([revisit(Request("https://new.example/p"), "new.example", 0.05, STATE)])

@@ -96,7 +96,12 @@ if #old > 0 then
   for k = 1, #old do
     local value = values[k]
     local host, score, payload = string.match(value or '', '^([^\t]*)\t([^\t]*)\t(.*)$')
-    if host then
+    local key = superseded_any and string.gsub(string.sub(old[k], 1, 16), '..', function(h)
+      return string.char(tonumber(h, 16))
+    end)
+    if key and redis.call('ZSCORE', SUPERSEDED, key) then
+      dropped = dropped + 1
+    elseif host then
       if queue_add(prefix, host, score, payload, false) then redis.call('ZADD', HOSTS, 'NX', now_text, host) end
       moved = moved + 1
     end
