@@ -153,6 +153,10 @@ class RevisitMiddleware:
         if not self.interval:
             raise NotConfigured  # a one-shot crawl
         self.stats = crawler.stats
+        # headers Scrapy's middlewares set afresh at each download (docs/revisits.md)
+        self.dropped_headers = _CONDITIONAL + (b"Referer",)
+        if crawler.settings.getbool("COOKIES_ENABLED"):
+            self.dropped_headers += (b"Cookie",)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RevisitMiddleware:
@@ -229,13 +233,15 @@ class RevisitMiddleware:
     def _next(self, request: Request, state: dict[str, Any]) -> Request:
         """The revisit of ``request``'s page: its first URL (before redirects), due in
         ``state["interval"]`` seconds; its conditional headers are put in when it is taken from
-        the frontier (:func:`add_validators`)."""
+        the frontier (:func:`add_validators`). Without the ``Referer`` of its first fetch (its
+        parent page's), nor its ``Cookie`` when Scrapy's cookie middleware sets it again: a value
+        of its own per page would make its template its own (docs/revisits.md)."""
         meta = {k: v for k, v in request.meta.items() if k not in _TRANSIENT and not k.startswith("_")}
         since = int(state.pop("scheduled", 0) or 0) if REVISIT_META in request.meta else 0
         meta[REVISIT_IN_META] = (state["interval"], since)
         meta[REVISIT_META] = state
         headers = request.headers.copy()
-        for name in _CONDITIONAL:
+        for name in self.dropped_headers:
             headers.pop(name, None)
         self.stats.inc_value("revisit/scheduled")
         url = (request.meta.get("redirect_urls") or [request.url])[0]

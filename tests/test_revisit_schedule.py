@@ -245,3 +245,26 @@ def test_an_etag_the_schedule_cannot_keep_is_left_out(value, kept):
 def test_last_modified_is_kept_in_seconds_and_an_unreadable_one_is_left_out():
     assert _http_date(b"Thu, 03 Dec 2026 12:13:20 GMT") == 1796300000
     assert _http_date(b"yesterday") is None and _http_date(None) is None
+
+
+def test_a_revisit_leaves_out_the_headers_each_download_sets_afresh():
+    """Its parent page's ``Referer`` and the jar's ``Cookie`` would give each page a template of
+    its own; the spider's own headers stay, and validators are put in only when it is taken."""
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.revisit import REVISIT_IN_META, RevisitMiddleware
+
+    crawler = get_crawler(_Spider, {"REDIS_URL": "redis://127.0.0.1:1/0", "REVISIT_INTERVAL": 60})
+    crawler.spider = crawler._create_spider()
+    middleware = RevisitMiddleware.from_crawler(crawler)
+    request = Request(
+        "https://example.com/a",
+        headers={"Referer": "https://example.com/", "Cookie": "s=1", "X-Mine": "1", "If-None-Match": '"old"'},
+    )
+    response = HtmlResponse(request.url, body=b"<html><title>t</title><p>text</p></html>", request=request)
+    response.headers[b"ETag"] = b'"v1"'
+    [revisit] = list(middleware.process_spider_output(response, []))
+    assert set(revisit.headers) == {b"X-Mine"}
+    assert revisit.meta[REVISIT_IN_META] == (60.0, 0)
+    assert revisit.meta[REVISIT_META]["etag"] == '"v1"'
