@@ -154,7 +154,7 @@ class RevisitMiddleware:
             raise NotConfigured  # a one-shot crawl
         self.stats = crawler.stats
         # headers Scrapy's middlewares set afresh at each download (docs/revisits.md)
-        self.dropped_headers = _CONDITIONAL + (b"Referer",)
+        self.dropped_headers: tuple[bytes, ...] = (*_CONDITIONAL, b"Referer")
         if crawler.settings.getbool("COOKIES_ENABLED"):
             self.dropped_headers += (b"Cookie",)
 
