@@ -669,6 +669,28 @@ def test_autothrottle_samples_in_one_push_apply_in_order(redis_url):
     assert (float(h_delay), float(h_latency), float(g_delay)) == pytest.approx((0.4, 0.4, 2.0))
 
 
+def test_latency_samples_wait_for_a_batch_or_a_second_and_an_error_goes_at_once():
+    """A worker sends a host's latencies for the shared AutoThrottle once it holds 4, once the
+    oldest is a second old, or with an error response's: fewer writes of the host's delay, the
+    same delay in the end (each write applies its samples in order)."""
+    from scrapy_frontier.politeness import LatencySamples
+
+    samples = LatencySamples(batch=4, hold=1.0)
+    for k in range(3):
+        samples.add("a", 100 + k, 10.0)
+    samples.add("b", 500, 10.5)
+    assert samples.take(10.9) is None
+    samples.add("a", 103, 10.9)
+    assert samples.take(10.9) == {"a": [100, 101, 102, 103]}
+    samples.add("c", -1 - 2000, 11.0)  # a 503: at once
+    assert samples.take(11.0) == {"c": [-2001]}
+    assert samples.take(11.4) is None and len(samples) == 1
+    assert samples.take(11.5) == {"b": [500]}
+    samples.add("d", 7, 12.0)
+    assert samples.take(12.0) is None and samples.take(12.0, everything=True) == {"d": [7]}
+    assert samples.take(99.0) is None
+
+
 @pytest.mark.parametrize("bad", ["-3", "abc", "nan", "inf"])
 def test_a_live_rate_that_is_not_a_number_from_0_up_is_ignored(bad, redis_url):
     """A live rate (``<spider>:rates``) that is negative, not a number, NaN or infinite does not lift the

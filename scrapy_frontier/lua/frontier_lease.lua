@@ -123,7 +123,7 @@ while want > 0 and offset < visit_max do
       end
       local due = math.max(next_lease, pause)
       if due > now then
-        rescore[host] = due
+        rescore[host] = string.format('%d', due)
         take = 0
       elseif cap > 0 and inflight >= cap then
         rescore[host] = park_text
@@ -134,7 +134,9 @@ while want > 0 and offset < visit_max do
         if rate > 0 then
           take = math.min(take, math.max(1, math.floor(HORIZON_MS * rate / 1000)))
           if not strict and at_ahead then take = math.min(take, at_ahead) end
-          pace = string.format(strict and '%.3f' or '%.3fa', 1000 / rate)
+          -- ms to 3 decimals, written with integers (a float's printf costs many times more)
+          local us = math.floor(1e6 / rate + 0.5)
+          pace = string.format(strict and '%d.%03d' or '%d.%03da', math.floor(us / 1000), us % 1000)
         end
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
@@ -160,8 +162,8 @@ while want > 0 and offset < visit_max do
         local ready, ready_text = now, now_text
         if rate > 0 then
           ready = now + math.ceil(got * 1000 / rate)
-          ready_text = ready
-          redis.call('HSET', pprefix .. host, 'next', ready)
+          ready_text = string.format('%d', ready)
+          redis.call('HSET', pprefix .. host, 'next', ready_text)
         end
         if cap > 0 and held[host] >= cap and ready < now + PARK_MS then ready, ready_text = now + PARK_MS, park_text end
         if empty then

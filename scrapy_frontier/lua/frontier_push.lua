@@ -159,6 +159,12 @@ end
 -- of the delay and latency / target, or the latter when larger, within the bounds; a response
 -- that is not a 200 may raise the delay, never lower it
 local nat = int_of(argv[i])
+-- seconds to the µs, written with integers: a float's printf (Redis writes a Lua number with
+-- '%.17g') and the parse of its 17 digits cost many times more
+local function seconds_text(x)
+  local us = math.floor(x * 1e6 + 0.5)
+  return string.format('%d.%06d', math.floor(us / 1e6), us % 1e6)
+end
 if nat > 0 then
   local target, lo, hi, start = tonumber(argv[i + 1]), tonumber(argv[i + 2]), tonumber(argv[i + 3]), tonumber(argv[i + 4])
   i = i + 5
@@ -174,7 +180,7 @@ if nat > 0 then
       local new = math.min(math.max(lo, math.max(want, (delay + want) / 2)), hi)
       if ok or new > delay then delay = new end
     end
-    call('HSET', state, 'at_delay', delay, 'latency', latency)
+    call('HSET', state, 'at_delay', seconds_text(delay), 'latency', seconds_text(latency))
     i = i + 2 + k
   end
 end

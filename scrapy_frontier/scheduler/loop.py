@@ -33,7 +33,7 @@ from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX, lease_host
-from scrapy_frontier.politeness import SEND_AT_META, sync_rates
+from scrapy_frontier.politeness import SEND_AT_META, LatencySamples, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.revisit import REVISIT_IN_META, REVISIT_META, STATE_MARK, add_validators, schedule_args
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
@@ -54,8 +54,6 @@ logger = logging.getLogger(__name__)
 
 #: Requests one push call sends at most.
 _PUSH_BATCH = 1000
-#: Latency samples a host keeps until the next flush, the newest (a flush sends them all).
-_SAMPLES_PER_HOST = 100
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
 #: Longest wait between two looks for due revisits (seconds), and most pages one look queues per shard.
@@ -146,7 +144,7 @@ class FrontierLoop:
         self._next_reconcile = time.monotonic() + _RECONCILE_INTERVAL
         self._rates: dict[bytes, bytes] | None = None
         #: The shared AutoThrottle's latency samples not yet sent, by host (Frontier.push).
-        self._samples: dict[str, list[int]] = {}
+        self._samples = LatencySamples()
         #: Each host's seconds between sends, from its last lease (AUTOTHROTTLE_DEBUG's line only).
         self._pace: dict[str, float] = {}
         self._next_rates = 0.0
@@ -279,10 +277,7 @@ class FrontierLoop:
             return
         host = queue_host(urlparse_cached(request).hostname)
         micros = int(latency * 1e6)
-        samples = self._samples.setdefault(host, [])
-        samples.append(micros if response.status == 200 else -1 - micros)
-        if len(samples) > _SAMPLES_PER_HOST:
-            del samples[0]
+        self._samples.add(host, micros if response.status == 200 else -1 - micros, time.monotonic())
         autothrottle = self.config.autothrottle
         if autothrottle is not None and autothrottle.debug:
             logger.info(
@@ -555,10 +550,10 @@ class FrontierLoop:
         return got
 
     def _take_samples(self) -> dict[str, list[int]] | None:
-        """The latency samples to send, taken out of the buffer (a failed flush loses them: a
-        delay misses a few responses, nothing else)."""
-        samples, self._samples = self._samples, {}
-        return samples or None
+        """The latency samples due to be sent (:class:`~scrapy_frontier.politeness.LatencySamples`),
+        taken out of the buffer (a failed flush loses them: a delay misses a few responses,
+        nothing else)."""
+        return self._samples.take(time.monotonic())
 
     def _take(self, leases: list[Lease]) -> int:
         """Queue locally the requests of ``leases`` (an unreadable one goes to the dead
