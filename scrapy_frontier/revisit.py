@@ -209,6 +209,7 @@ class RevisitMiddleware:
         if not state:
             state = {"interval": interval, "first_seen": now, "changed_at": None, "changes": 0}
         else:
+            state["first_seen"] = state.get("first_seen") or now
             changed = digest != state.get("hash")
             self.stats.inc_value("revisit/changed" if changed else "revisit/unchanged")
             if changed:
@@ -267,19 +268,38 @@ def add_validators(request: Request) -> bool:
 
 def read_state(state: Any) -> dict[str, Any]:
     """A revisit state as the schedule gives it back (times in Unix seconds, the first 16 hex
-    digits of the content hash); one written before the packed schedule (ISO times, a whole
-    hash, an HTTP-date) is read into that form."""
+    digits of the content hash), its values checked: one that does not fit (a state in a start
+    URL's meta, say) is left out, as if that fetch had not recorded it; a state written before
+    the packed schedule (ISO times, a whole hash, an HTTP-date) is read into that form."""
     if not isinstance(state, dict):
         return {}
-    state = dict(state)
+    out: dict[str, Any] = {}
+    interval = state.get("interval")
+    if isinstance(interval, (int, float)) and 0 < interval < float("inf"):
+        out["interval"] = float(interval)
     for key in ("first_seen", "changed_at"):
-        if isinstance(state.get(key), str):
-            state[key] = int(datetime.fromisoformat(state[key]).timestamp())
-    if isinstance(state.get("last_modified"), str):
-        state["last_modified"] = _http_date(state["last_modified"].encode("latin-1"))
-    if isinstance(state.get("hash"), str):
-        state["hash"] = state["hash"][:16]
-    return state
+        value = state.get(key)
+        if isinstance(value, str):
+            try:
+                value = int(datetime.fromisoformat(value).timestamp())
+            except ValueError:
+                value = None
+        out[key] = value if isinstance(value, int) and 0 < value < 2**32 else None
+    changes = state.get("changes")
+    out["changes"] = min(changes, 2**32 - 1) if isinstance(changes, int) and changes > 0 else 0
+    modified = state.get("last_modified")
+    if isinstance(modified, str):
+        modified = _http_date(modified.encode("latin-1", "replace"))
+    out["last_modified"] = modified if isinstance(modified, int) and 0 < modified < 2**32 else None
+    etag = state.get("etag")
+    out["etag"] = etag if isinstance(etag, str) and _keepable_etag(etag.encode("utf-8")) else None
+    digest = state.get("hash")
+    if isinstance(digest, str) and len(digest) >= 16 and all(c in "0123456789abcdef" for c in digest[:16]):
+        out["hash"] = digest[:16]
+    scheduled = state.get("scheduled")
+    if isinstance(scheduled, int) and scheduled > 0:
+        out["scheduled"] = scheduled
+    return out
 
 
 #: The revisit state's stand-in in a revisit's template (``lua/lib/revisit_wheel.lua``).
@@ -389,19 +409,24 @@ def _etag(response: Response) -> str | None:
     8.8.3's ``etagc`` less obs-text), at most 255 characters; else ``None`` (Last-Modified alone
     then makes the revisit conditional)."""
     value = response.headers.get(b"ETag")
-    if not value or len(value) > 255 or any(b < 0x21 or b > 0x7E for b in value):
-        return None
-    return value.decode("ascii")
+    return value.decode("ascii") if value and _keepable_etag(value) else None
+
+
+def _keepable_etag(value: bytes) -> bool:
+    return 0 < len(value) <= 255 and all(0x21 <= b <= 0x7E for b in value)
 
 
 def _http_date(value: bytes | None) -> int | None:
-    """An HTTP-date (RFC 9110 section 5.6.7) in Unix seconds, ``None`` when absent or unreadable."""
+    """An HTTP-date (RFC 9110 section 5.6.7) in Unix seconds, ``None`` when absent, unreadable
+    or more than a minute ahead of this worker's clock (RFC 9110 section 8.8.2.1: an origin's
+    Last-Modified is never in the future; such a date would make every revisit a 304)."""
     if not value:
         return None
     try:
-        return int(parsedate_to_datetime(value.decode("latin-1")).timestamp())
+        seconds = int(parsedate_to_datetime(value.decode("latin-1")).timestamp())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
+    return seconds if 0 < seconds <= time.time() + 60 else None
 
 
 def _iso(seconds: int | None) -> str | None:

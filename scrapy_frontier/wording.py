@@ -23,6 +23,20 @@ def plural(count: int, noun: str, plural_form: str | None = None) -> str:
 _USERINFO_PASSWORD = re.compile(rb"://([^/?#@:\s\"'\\]*):[^/?#\s\"'\\]*@")
 
 
+def duration(seconds: float) -> str:
+    """A duration for a reader: ``4.2s``, ``12m 5s``, ``3h 20m``, ``41d 6h``."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
 def hide_passwords(raw: bytes) -> bytes:
     """``raw`` with the password of every URL in it written ``***`` (``http://user:***@host/``,
     as :func:`scrapy_frontier.connection.redact_url` writes one URL): what a log line or a

@@ -268,3 +268,40 @@ def test_a_revisit_leaves_out_the_headers_each_download_sets_afresh():
     assert set(revisit.headers) == {b"X-Mine"}
     assert revisit.meta[REVISIT_IN_META] == (60.0, 0)
     assert revisit.meta[REVISIT_META]["etag"] == '"v1"'
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"interval": -5, "etag": "\u00e9\r\nX-Injected: 1", "changes": -3},
+        {"interval": "soon", "first_seen": "yesterday", "hash": "zz", "last_modified": [1]},
+        "not a dict",
+        {"interval": float("nan"), "first_seen": 2**40, "scheduled": "x"},
+    ],
+)
+def test_a_revisit_state_that_does_not_fit_is_left_out_not_a_traceback(state):
+    """A start URL's payload may carry any ``meta["revisit"]``: the page is fetched, stored and
+    scheduled; no validator it cannot keep is sent, no count wraps around."""
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_frontier.revisit import REVISIT_IN_META, RevisitMiddleware, read_state
+
+    crawler = get_crawler(_Spider, {"REDIS_URL": "redis://127.0.0.1:1/0", "REVISIT_INTERVAL": 60})
+    middleware = RevisitMiddleware.from_crawler(crawler)
+    request = Request("https://example.com/a", meta={REVISIT_META: state})
+    assert not add_validators(request)
+    response = HtmlResponse(request.url, body=b"<html><title>t</title><p>text</p></html>", request=request)
+    [revisit] = list(middleware.process_spider_output(response, []))
+    seconds, _ = revisit.meta[REVISIT_IN_META]
+    kept = read_state(revisit.meta[REVISIT_META])
+    assert seconds == 60 and kept["interval"] == 60 and kept["changes"] in (0, 1) and kept["first_seen"] > 0
+    assert schedule_args(
+        json.dumps({"url": revisit.url, "meta": {"revisit": STATE_MARK}}, separators=(",", ":")),
+        "example.com",
+        "0",
+        "ab" * 20,
+        60,
+        0,
+        kept,
+    )

@@ -28,7 +28,7 @@ from scrapy_frontier.politeness import busiest, busy_hosts, concurrency_cap, rea
 from scrapy_frontier.redis_command import OutputClosed, RedisCommand, recorded_shards, write_out
 from scrapy_frontier.scripts import source
 from scrapy_frontier.status import read_status
-from scrapy_frontier.wording import plural
+from scrapy_frontier.wording import duration, plural
 
 if TYPE_CHECKING:
     import argparse
@@ -177,6 +177,14 @@ def crawl_state(idle: bool, workers: int, scheduled: int = 0) -> str:
     return "revisiting" if idle else "running"
 
 
+def scheduled_revisits(client: redis.Redis, keys: Keys) -> int:
+    """The pages in the crawl's revisit schedule, every shard (``lua/revisit_count.lua``)."""
+    with client.pipeline(transaction=False) as pipe:
+        for sh in keys.all_shards():
+            pipe.eval(source("revisit_count"), 3, sh.revisit_wheel, sh.revisit_meta, sh.revisit_due)
+        return sum(int(r[0]) for r in pipe.execute())
+
+
 def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
     """One summary per crawl recorded in ``scrapy-frontier:crawls`` (``CRAWLS_KEY``), sorted by
     name: ``crawl``, ``spider``, ``crawl_id``, ``idle``, ``state`` (:func:`crawl_state`), ``hosts``
@@ -199,9 +207,7 @@ def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]
                 "spider": spider,
                 "crawl_id": crawl_id or None,
                 "idle": status.idle,
-                "state": crawl_state(
-                    status.idle, status.nodes, sum(client.zcard(sh.revisit_due) for sh in keys.all_shards())
-                ),
+                "state": crawl_state(status.idle, status.nodes, scheduled_revisits(client, keys)),
                 "hosts": status.hosts,
                 "start_urls_waiting": status.start_urls,
                 "in_flight": status.inflight,
@@ -318,10 +324,10 @@ class Command(RedisCommand):
         r = result["revisits"]
         if r["scheduled"] or r["due"]:
             share = f"{100 * r['not_modified_share']:.0f}%" if r["not_modified_share"] is not None else "-"
-            nxt = f", next due in {r['next_due_in_s']}s" if r["next_due_in_s"] is not None else ""
+            nxt = f", next due in {duration(r['next_due_in_s'])}" if r["next_due_in_s"] is not None else ""
             lines.append(
                 f"  revisits: {r['scheduled']} scheduled, {r['due']} due now"
-                + (f" (the oldest {r['overdue_s']}s overdue)" if r["due"] else "")
+                + (f" (the oldest {duration(r['overdue_s'])} overdue)" if r["due"] else "")
                 + f"{nxt}; answered 304: {share}"
             )
         lines.append(f"  workers: {len(result['workers'])}")
