@@ -305,3 +305,13 @@ def test_a_revisit_state_that_does_not_fit_is_left_out_not_a_traceback(state):
         0,
         kept,
     )
+
+
+def test_the_crawl_list_counts_the_packed_schedule(redis_url, redis_client):
+    """``scrapy status`` without a spider says ``revisiting`` (or ``stalled``) from this count."""
+    from scrapy_frontier.commands.status import crawl_state, scheduled_revisits
+
+    pages = [revisit(Request(f"https://example.com/{i}"), "example.com", 60, STATE) for i in range(3)]
+    run(redis_url, lambda frontier: frontier.schedule(pages))
+    assert scheduled_revisits(redis_client, KEYS) == 3
+    assert crawl_state(True, 1, 3) == "revisiting"
