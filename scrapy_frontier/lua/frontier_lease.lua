@@ -92,7 +92,7 @@ while want > 0 and offset < visit_max do
   local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'LIMIT', int_text[offset], int_text[limit])
   offset = offset + #hosts
   if #hosts == 0 then break end
-  local rated, ranked, live = {}, {}, {}
+  local rated, ranked, live, slowed = {}, {}, {}, {}
   local counts = each('HMGET', INFLIGHT, hosts)
   local limited = limited_key and each('SMISMEMBER', limited_key, hosts)
   local sets = ranked_key and each('SMISMEMBER', ranked_key, hosts)
@@ -106,6 +106,7 @@ while want > 0 and offset < visit_max do
   end
   if default_rate > 0 or limited or rates or at_start then
     for j, host in ipairs(hosts) do
+      slowed[host] = limited and limited[j] == 1
       live[host] = rates and rate_num(rates[j]) or nil
       rated[host] = at_start or default_rate > 0 or (limited and limited[j] == 1) or live[host] ~= nil
     end
@@ -119,7 +120,7 @@ while want > 0 and offset < visit_max do
       local inflight = held[host]
       local rate, next_lease, pause, _, strict = 0, 0, 0, 1, false
       if rated[host] then
-        rate, next_lease, pause, _, strict = policy_of(pprefix .. host, live[host], default_rate, at_start)
+        rate, next_lease, pause, _, strict = policy_of(pprefix .. host, live[host], default_rate, at_start, not slowed[host])
       end
       local due = math.max(next_lease, pause)
       if due > now then

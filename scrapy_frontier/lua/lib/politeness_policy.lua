@@ -6,7 +6,9 @@
 --   rate_num(v) -> the rate in v (a live rate, requests/second): a finite number >= 0, else nil
 --     (not a number, negative, NaN, infinite: the host then has the default rate, as if it had no
 --     live rate)
---   policy_of(state_key, live_rate, default_rate, at_start) -> rate, due, pause_until, factor, strict:
+--   policy_of(state_key, live_rate, default_rate, at_start, unlimited) -> rate, due, pause_until,
+--     factor, strict (unlimited: the host is known not to be in @limited, slowed down, paused or
+--     with a Crawl-delay, so that only 'next' and 'at_delay' are read):
 --     rate (requests/second, 0 = none): live_rate (the host's entry in the rates hash; nil: none),
 --     else default_rate; its robots.txt Crawl-delay when stricter; with no rate but slowed down
 --     (factor < 1), the base_rate recorded when first slowed down; times its slow-down factor
@@ -23,8 +25,15 @@ local function rate_num(v)
   if n and n >= 0 and n < math.huge then return n end
   return nil
 end
-local function policy_of(state_key, live_rate, default_rate, at_start)
-  local st = redis.call('HMGET', state_key, 'next', 'factor', 'pause_until', 'robots_delay', 'base_rate', 'at_delay')
+local function policy_of(state_key, live_rate, default_rate, at_start, unlimited)
+  local st
+  if unlimited then
+    -- not in @limited: no slow-down, pause or Crawl-delay to read
+    local two = redis.call('HMGET', state_key, 'next', 'at_delay')
+    st = {two[1], false, false, false, false, two[2]}
+  else
+    st = redis.call('HMGET', state_key, 'next', 'factor', 'pause_until', 'robots_delay', 'base_rate', 'at_delay')
+  end
   local rate = live_rate or default_rate
   local robots = num(st[4])
   if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
