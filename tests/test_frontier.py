@@ -669,6 +669,26 @@ def test_autothrottle_samples_in_one_push_apply_in_order(redis_url):
     assert (float(h_delay), float(h_latency), float(g_delay)) == pytest.approx((0.4, 0.4, 2.0))
 
 
+def test_a_host_back_under_its_cap_is_due_when_its_rate_lets_it_send(redis_url):
+    """An acknowledgement that brings a parked host under its concurrency cap puts it back in
+    the hosts index due at its next booked send (a rate of 1/s), not now: a lease in between
+    would find it too early, read its state and park it again."""
+
+    async def go(f, r):
+        await f.push([entry(f"u{i}") for i in range(5)])
+        [lease] = await f.lease(5)  # cap 1: the host is parked
+        parked = await r.zscore(KEYS.queue, "h")
+        now_s, now_us = await r.time()
+        await f.push([], [lease])
+        back = await r.zscore(KEYS.queue, "h")
+        booked = float(await r.hget(KEYS.politeness_prefix + "h", "next"))
+        return parked, back, booked, now_s * 1000 + now_us // 1000
+
+    parked, back, booked, now = run(with_frontier(redis_url, go, default_rate=1.0, concurrency_cap=1))
+    assert parked > now + 20_000
+    assert back == booked and now + 900 <= back <= now + 1100, (back, now)
+
+
 def test_latency_samples_wait_for_a_batch_or_a_second_and_an_error_goes_at_once():
     """A worker sends a host's latencies for the shared AutoThrottle once it holds 4, once the
     oldest is a second old, or with an error response's: fewer writes of the host's delay, the

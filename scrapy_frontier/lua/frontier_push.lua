@@ -139,9 +139,14 @@ if #hs > 0 then
       else
         zeroed[#zeroed + 1] = h
       end
-      -- below the cap again: back in the hosts index now (frontier_lease parked it)
+      -- below the cap again: back in the hosts index (frontier_lease parked it), due when its
+      -- politeness lets it send next (a rate's booking, a pause), else now: a lease that found
+      -- it due too early would only read its state and park it again
       if CAP > 0 and left < CAP and before >= CAP then
-        back[#back + 1] = clock()
+        clock()
+        local st = call('HMGET', pprefix .. h, 'next', 'pause_until')
+        local due = math.max(NOW, tonumber(st[1] or '') or 0, tonumber(st[2] or '') or 0)
+        back[#back + 1] = due == NOW and now_text or string.format('%d', due)
         back[#back + 1] = h
       end
     end
