@@ -127,10 +127,7 @@ def read_revisits(client: redis.Redis, keys: Keys, now: float, totals: dict[str,
     next one is due (``next_due_in_s``, ``None``: none scheduled or some due now), and the share
     of revisits answered 304 (``not_modified_share``, ``None`` before any revisit). ``now``: the
     server's Unix time."""
-    with client.pipeline(transaction=False) as pipe:
-        for sh in keys.all_shards():
-            pipe.eval(source("revisit_count"), 3, sh.revisit_wheel, sh.revisit_meta, sh.revisit_due)
-        replies = [[int(v) for v in r] for r in pipe.execute()]
+    replies = revisit_counts(client, keys)
     scheduled = sum(r[0] for r in replies)
     due = sum(r[1] for r in replies)
     # r[2]: ms the shard's earliest page is overdue (negative: due in that many ms)
@@ -177,12 +174,19 @@ def crawl_state(idle: bool, workers: int, scheduled: int = 0) -> str:
     return "revisiting" if idle else "running"
 
 
+def revisit_counts(client: redis.Redis, keys: Keys) -> list[list[int]]:
+    """Each shard's revisit schedule at a glance (``lua/revisit_count.lua``), one call a shard:
+    a Redis Cluster's pipeline takes no script."""
+    script = client.register_script(source("revisit_count"))
+    return [
+        [int(v) for v in script(keys=[sh.revisit_wheel, sh.revisit_meta, sh.revisit_due])]
+        for sh in keys.all_shards()
+    ]
+
+
 def scheduled_revisits(client: redis.Redis, keys: Keys) -> int:
-    """The pages in the crawl's revisit schedule, every shard (``lua/revisit_count.lua``)."""
-    with client.pipeline(transaction=False) as pipe:
-        for sh in keys.all_shards():
-            pipe.eval(source("revisit_count"), 3, sh.revisit_wheel, sh.revisit_meta, sh.revisit_due)
-        return sum(int(r[0]) for r in pipe.execute())
+    """The pages in the crawl's revisit schedule, every shard."""
+    return sum(r[0] for r in revisit_counts(client, keys))
 
 
 def list_crawls(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
