@@ -43,7 +43,7 @@ from bench.redis_cpu import CallgrindRedis, RedisCpu
 from scrapy_frontier.dupefilter import DedupConfig, fingerprint_int64
 from scrapy_frontier.frontier import Entry, Frontier
 from scrapy_frontier.keys import Keys
-from scrapy_frontier.politeness import LatencySamples, SharedAutoThrottle
+from scrapy_frontier.politeness import LatencySamples, SharedAutoThrottle, moves_pace
 from scrapy_frontier.scheduler.join import SEEN_FEED_ENTRIES
 from tests.servers import RedisServer
 
@@ -83,6 +83,7 @@ class Worker:
         self.to_ack: list[Any] = []
         self.to_push: list[Entry] = []
         self.samples = LatencySamples()
+        self.pace: dict[str, tuple[float, bool]] = {}
 
 
 async def crawl(
@@ -151,12 +152,17 @@ async def crawl(
         if w.to_push or w.to_ack:
             now = time.monotonic()
             for lease in w.to_ack if at is not None else ():
-                w.samples.add(lease.field.rsplit(b"\t", 1)[-1].decode(), 1, now)
+                host = lease.field.rsplit(b"\t", 1)[-1].decode()
+                w.samples.add(host, 1, now, urgent=moves_pace(1e-6 / at.target_concurrency, w.pace.get(host)))
             await w.frontier.push(w.to_push, w.to_ack, samples=w.samples.take(now))
             w.to_push, w.to_ack = [], []
 
     async def take(w: Worker) -> None:
-        w.local += await w.frontier.lease(prefetch - len(w.local))
+        leases = await w.frontier.lease(prefetch - len(w.local))
+        for lease in leases:
+            if lease.send_in >= 0:
+                w.pace[lease.field.rsplit(b"\t", 1)[-1].decode()] = (lease.interval, lease.strict)
+        w.local += leases
         for blob in w.frontier.fed:
             w.seen.update(int(item) for item in blob.split(b","))
         w.frontier.fed = []

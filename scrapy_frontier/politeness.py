@@ -211,42 +211,56 @@ def send_tolerance(interval: float) -> float:
     return max(interval / 2, 0.01)
 
 
+def moves_pace(want: float, pace: tuple[float, bool] | None) -> bool:
+    """Whether a response whose latency / ``AUTOTHROTTLE_TARGET_CONCURRENCY`` is ``want``
+    (seconds) would move its host's pace materially: ``pace`` is the host's time between sends
+    and whether a rule other than AutoThrottle sets it (a rate: then only a ``want`` above it
+    matters), from its last lease; ``None``: not known. Scrapy's rule takes the delay to ``want``
+    when larger, else halfway to it; a quarter's difference and a millisecond is "material"."""
+    if pace is None:
+        return True
+    interval, strict = pace
+    return want > 1.25 * interval + 0.001 or (not strict and want < 0.75 * interval - 0.001)
+
+
 class LatencySamples:
     """Download latencies buffered per host for the shared AutoThrottle, sent once a host's are
-    worth a write of its delay in Redis: ``batch`` of them, the oldest ``hold`` seconds old, or
-    one of a response that was not a ``200`` (which may raise the delay: sent at once). Each
-    write applies the samples in order, as Scrapy's AutoThrottle applies each response's, so a
-    delay is the same, written up to ``hold`` seconds later; fewer writes make AutoThrottle
-    cost Redis less (bench/README.md). A sample is a latency in µs, ``-1 - latency`` for an
-    error response; a host keeps its ``most`` newest."""
+    worth a write of its delay in Redis: ``batch`` of them, the oldest ``hold`` seconds old, one
+    of a response that was not a ``200`` (which may raise the delay), or one ``urgent``
+    (:func:`moves_pace`: a new host's delay, from ``AUTOTHROTTLE_START_DELAY``, follows its
+    latency as fast as Scrapy's AutoThrottle would, and a host that slows down is slowed at
+    once). Each write applies the samples in order, as Scrapy's AutoThrottle applies each
+    response's, so a delay is the same, written up to ``hold`` seconds later; fewer writes make
+    AutoThrottle cost Redis less (bench/README.md). A sample is a latency in µs, ``-1 -
+    latency`` for an error response; a host keeps its ``most`` newest."""
 
     def __init__(self, batch: int = 4, hold: float = 1.0, most: int = 100) -> None:
         self.batch, self.hold, self.most = batch, hold, most
         self._held: dict[str, list[int]] = {}
         self._since: dict[str, float] = {}
-        self._ready = False
+        self._urgent: set[str] = set()
 
-    def add(self, host: str, sample: int, now: float) -> None:
+    def add(self, host: str, sample: int, now: float, urgent: bool = False) -> None:
         samples = self._held.setdefault(host, [])
         if not samples:
             self._since[host] = now
         samples.append(sample)
         if len(samples) > self.most:
             del samples[0]
-        if sample < 0 or len(samples) >= self.batch:
-            self._ready = True
+        if urgent or sample < 0 or len(samples) >= self.batch:
+            self._urgent.add(host)
 
     def take(self, now: float, everything: bool = False) -> dict[str, list[int]] | None:
         """The samples to send now (taken out of the buffer), ``None`` when none is due;
         ``everything``: all of them (the last flush)."""
-        if not self._held or not (everything or self._ready or min(self._since.values()) <= now - self.hold):
+        if not self._held or not (everything or self._urgent or min(self._since.values()) <= now - self.hold):
             return None
         out: dict[str, list[int]] = {}
         for host, samples in list(self._held.items()):
-            if everything or len(samples) >= self.batch or min(samples) < 0 or self._since[host] <= now - self.hold:
+            if everything or host in self._urgent or self._since[host] <= now - self.hold:
                 out[host] = samples
                 del self._held[host], self._since[host]
-        self._ready = any(len(s) >= self.batch or min(s) < 0 for s in self._held.values())
+                self._urgent.discard(host)
         return out or None
 
     def __len__(self) -> int:

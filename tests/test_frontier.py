@@ -689,11 +689,12 @@ def test_a_host_back_under_its_cap_is_due_when_its_rate_lets_it_send(redis_url):
     assert back == booked and now + 900 <= back <= now + 1100, (back, now)
 
 
-def test_latency_samples_wait_for_a_batch_or_a_second_and_an_error_goes_at_once():
+def test_latency_samples_wait_for_a_batch_or_a_second_and_an_urgent_one_goes_at_once():
     """A worker sends a host's latencies for the shared AutoThrottle once it holds 4, once the
-    oldest is a second old, or with an error response's: fewer writes of the host's delay, the
-    same delay in the end (each write applies its samples in order)."""
-    from scrapy_frontier.politeness import LatencySamples
+    oldest is a second old, or with one that would move the host's pace (a new host, a host
+    slowing down) or an error response's: fewer writes of the host's delay, the same delay in
+    the end (each write applies its samples in order)."""
+    from scrapy_frontier.politeness import LatencySamples, moves_pace
 
     samples = LatencySamples(batch=4, hold=1.0)
     for k in range(3):
@@ -704,11 +705,17 @@ def test_latency_samples_wait_for_a_batch_or_a_second_and_an_error_goes_at_once(
     assert samples.take(10.9) == {"a": [100, 101, 102, 103]}
     samples.add("c", -1 - 2000, 11.0)  # a 503: at once
     assert samples.take(11.0) == {"c": [-2001]}
+    samples.add("e", 40, 11.0, urgent=True)
+    assert samples.take(11.0) == {"e": [40]}
     assert samples.take(11.4) is None and len(samples) == 1
     assert samples.take(11.5) == {"b": [500]}
     samples.add("d", 7, 12.0)
     assert samples.take(12.0) is None and samples.take(12.0, everything=True) == {"d": [7]}
     assert samples.take(99.0) is None
+    # a host's pace from its last lease: AutoThrottle's own, or a rate's (strict)
+    assert moves_pace(0.04, None)  # a new host
+    assert moves_pace(0.04, (5.0, False)) and moves_pace(0.9, (0.5, True))  # its start delay; slower than the rate
+    assert not moves_pace(0.045, (0.04, False)) and not moves_pace(0.0001, (0.5, True))
 
 
 @pytest.mark.parametrize("bad", ["-3", "abc", "nan", "inf"])

@@ -179,8 +179,7 @@ def revisit_counts(client: redis.Redis, keys: Keys) -> list[list[int]]:
     a Redis Cluster's pipeline takes no script."""
     script = client.register_script(source("revisit_count"))
     return [
-        [int(v) for v in script(keys=[sh.revisit_wheel, sh.revisit_meta, sh.revisit_due])]
-        for sh in keys.all_shards()
+        [int(v) for v in script(keys=[sh.revisit_wheel, sh.revisit_meta, sh.revisit_due])] for sh in keys.all_shards()
     ]
 
 

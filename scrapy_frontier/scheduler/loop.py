@@ -33,7 +33,7 @@ from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX, lease_host
-from scrapy_frontier.politeness import SEND_AT_META, LatencySamples, sync_rates
+from scrapy_frontier.politeness import SEND_AT_META, LatencySamples, moves_pace, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.revisit import REVISIT_IN_META, REVISIT_META, STATE_MARK, add_validators, schedule_args
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Hosts whose pace a worker keeps (forgotten past it: their latencies then go at once).
+_PACES_KEPT = 100_000
 #: Requests one push call sends at most.
 _PUSH_BATCH = 1000
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
@@ -146,7 +148,9 @@ class FrontierLoop:
         #: The shared AutoThrottle's latency samples not yet sent, by host (Frontier.push).
         self._samples = LatencySamples()
         #: Each host's seconds between sends, from its last lease (AUTOTHROTTLE_DEBUG's line only).
-        self._pace: dict[str, float] = {}
+        #: Each host's time between sends (seconds) and whether a rule other than AutoThrottle
+        #: sets it, from its last lease (the shared AutoThrottle's).
+        self._pace: dict[str, tuple[float, bool]] = {}
         self._next_rates = 0.0
         self._started = time.time()
 
@@ -277,14 +281,19 @@ class FrontierLoop:
             return
         host = queue_host(urlparse_cached(request).hostname)
         micros = int(latency * 1e6)
-        self._samples.add(host, micros if response.status == 200 else -1 - micros, time.monotonic())
         autothrottle = self.config.autothrottle
+        self._samples.add(
+            host,
+            micros if response.status == 200 else -1 - micros,
+            time.monotonic(),
+            urgent=autothrottle is None or moves_pace(latency / autothrottle.target_concurrency, self._pace.get(host)),
+        )
         if autothrottle is not None and autothrottle.debug:
             logger.info(
                 "host: %(host)s | the crawl's delay: %(delay)5d ms | latency: %(latency)5d ms | size: %(size)6d B",
                 {
                     "host": host,
-                    "delay": self._pace.get(host, autothrottle.start_delay) * 1000,
+                    "delay": self._pace.get(host, (autothrottle.start_delay, False))[0] * 1000,
                     "latency": latency * 1000,
                     "size": len(response.body),
                 },
@@ -561,7 +570,6 @@ class FrontierLoop:
         (their time in meta, :data:`~scrapy_frontier.politeness.SEND_AT_META`); learn the seen
         feed's news. Returns how many leases."""
         now = time.monotonic()
-        debug = self.config.autothrottle is not None and self.config.autothrottle.debug
         if any(lease.send_in > 0 for lease in leases):
             leases = sorted(leases, key=lambda lease: lease.send_in)
         for lease in leases:
@@ -574,8 +582,10 @@ class FrontierLoop:
                 self.stats.inc_value("revisit/conditional")
             if lease.send_in >= 0:
                 request.meta[SEND_AT_META] = (now + lease.send_in, lease.interval, lease.strict, now)
-                if debug:
-                    self._pace[lease_host(lease.field).decode()] = lease.interval
+                if self.config.autothrottle is not None:
+                    if len(self._pace) >= _PACES_KEPT:
+                        self._pace.clear()
+                    self._pace[lease_host(lease.field).decode()] = (lease.interval, lease.strict)
             self.leases.take(lease, request)
             self._local.append(request)
         self.stats.inc_value("frontier/leased", len(leases))
