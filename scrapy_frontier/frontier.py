@@ -602,7 +602,15 @@ class Frontier:
         shards = self.shards
         await asyncio.gather(
             *(
-                self._revisit_schedule(keys=shards[i].revisit_keys()[:4], args=[shards[i].revisit + "b:", *args])
+                self._revisit_schedule(
+                    keys=[
+                        shards[i].revisit_wheel,
+                        shards[i].revisit_meta,
+                        shards[i].revisit_templates,
+                        shards[i].revisit_superseded,
+                    ],
+                    args=[shards[i].revisit + "b:", *args],
+                )
                 for i, args in by_shard.items()
             )
         )
@@ -617,7 +625,16 @@ class Frontier:
         replies = await asyncio.gather(
             *(
                 self._revisit_due(
-                    keys=[*sh.revisit_keys()[:5], sh.queue, *sh.revisit_keys()[5:]],
+                    keys=[
+                        sh.revisit_wheel,
+                        sh.revisit_meta,
+                        sh.revisit_templates,
+                        sh.revisit_superseded,
+                        sh.revisit_moved,
+                        sh.queue,
+                        sh.revisit_due,
+                        sh.revisit_requests,
+                    ],
                     args=[sh.revisit + "b:", sh.queue_prefix, most, round(window * 1000), round(keep * 1000)],
                 )
                 for sh in self.shards

@@ -213,18 +213,6 @@ class Shard:
         """The former layout's hash: fingerprint -> ``<host> TAB <score> TAB <payload>``."""
         return self.revisit + "requests"
 
-    def revisit_keys(self) -> list[str]:
-        """Every key of the shard's revisit schedule but its parts, for the scripts' KEYS."""
-        return [
-            self.revisit_wheel,
-            self.revisit_meta,
-            self.revisit_templates,
-            self.revisit_superseded,
-            self.revisit_moved,
-            self.revisit_due,
-            self.revisit_requests,
-        ]
-
     def leases(self, node_id: str) -> str:
         return self.lease_prefix + node_id
 

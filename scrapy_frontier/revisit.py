@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Request meta key: the page's revisit state (:func:`new_state`), kept in the frontier with it.
+#: Request meta key: the page's revisit state (:func:`read_state`'s form), kept in the frontier with it.
 REVISIT_META = "revisit"
 #: Request meta key the middleware sets and the scheduler takes out: (seconds until the request
 #: is due, when the revisit just fetched was scheduled: Unix ms, 0 after a first fetch); the
@@ -358,12 +358,12 @@ def supersede(client: Any, keys: Any, fingerprints: dict[int, list[str]]) -> int
     (``lua/revisit_supersede.lua``). ``fingerprints`` (hex) by frontier shard index; ``client`` a
     synchronous redis client. Returns how many were marked, scheduled or not: the schedule has
     no index by page."""
-    marked = 0
-    for index, fps in fingerprints.items():
-        if fps:
-            script = client.register_script(source("revisit_supersede"))
-            marked += int(script(keys=[keys.shard(index).revisit_superseded], args=[fp_key(fp) for fp in fps]))
-    return marked
+    script = client.register_script(source("revisit_supersede"))
+    return sum(
+        int(script(keys=[keys.shard(index).revisit_superseded], args=[fp_key(fp) for fp in fps]))
+        for index, fps in fingerprints.items()
+        if fps
+    )
 
 
 def fp_key(fingerprint: str) -> bytes:
@@ -382,7 +382,7 @@ def read_schedule(client: Any, keys: Any) -> Iterator[tuple[str, int, dict[str, 
     them (for tests and inspection; it reads the whole schedule): ``(url, bucket's end in Unix
     ms, record fields)``. ``client``: a synchronous redis client."""
     for sh in keys.all_shards():
-        superseded = {k: v for k, v in client.zrange(sh.revisit_superseded, 0, -1, withscores=True)}
+        superseded = dict(client.zrange(sh.revisit_superseded, 0, -1, withscores=True))
         templates = {int(k): v.decode().split("\0") for k, v in client.hgetall(sh.revisit_templates).items()}
         for part, ends in client.zrange(sh.revisit_wheel, 0, -1, withscores=True):
             data = client.get(sh.revisit + "b:" + part.decode()) or b""

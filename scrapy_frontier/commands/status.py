@@ -83,7 +83,7 @@ def crawl_status(
             }
         )
     start_invalid, items_invalid, items_pending, totals = answers[-4:]
-    revisits = read_revisits(client, keys, now, {k.decode(): int(v) for k, v in totals.items()})
+    revisits = read_revisits(client, keys, {k.decode(): int(v) for k, v in totals.items()})
     # the crawl's DOMAIN_RATE_LIMIT and DOMAIN_CONCURRENCY as a live worker applies them (its -s and
     # environment, recorded in its node info), else as this command's settings give them
     settings = settings or Settings()
@@ -121,12 +121,12 @@ def crawl_status(
     }
 
 
-def read_revisits(client: redis.Redis, keys: Keys, now: float, totals: dict[str, int]) -> dict[str, Any]:
+def read_revisits(client: redis.Redis, keys: Keys, totals: dict[str, int]) -> dict[str, Any]:
     """The revisit schedule (docs/revisits.md): pages ``scheduled``, ``due`` now (due and not yet
     queued), how long the longest-waiting of them is ``overdue_s`` (seconds, 0: none), when the
     next one is due (``next_due_in_s``, ``None``: none scheduled or some due now), and the share
-    of revisits answered 304 (``not_modified_share``, ``None`` before any revisit). ``now``: the
-    server's Unix time."""
+    of revisits answered 304 (``not_modified_share``, ``None`` before any revisit), every shard's
+    due times read on Redis's clock."""
     replies = revisit_counts(client, keys)
     scheduled = sum(r[0] for r in replies)
     due = sum(r[1] for r in replies)

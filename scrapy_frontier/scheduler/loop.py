@@ -126,8 +126,7 @@ class FrontierLoop:
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes, config.encoding)
         self._local: deque[Request] = deque()
         self._to_push: list[Entry] = []
-        #: Revisits to schedule (entry, seconds until due, scheduled before this fetch), sent
-        #: before the acknowledgements.
+        #: Revisits to schedule (host, schedule_args values), sent before the acknowledgements.
         self._to_schedule: list[tuple[str, list[Any]]] = []
         self._next_revisit_look = 0.0
         self._log_duplicates = True
@@ -147,7 +146,6 @@ class FrontierLoop:
         self._rates: dict[bytes, bytes] | None = None
         #: The shared AutoThrottle's latency samples not yet sent, by host (Frontier.push).
         self._samples = LatencySamples()
-        #: Each host's seconds between sends, from its last lease (AUTOTHROTTLE_DEBUG's line only).
         #: Each host's time between sends (seconds) and whether a rule other than AutoThrottle
         #: sets it, from its last lease (the shared AutoThrottle's).
         self._pace: dict[str, tuple[float, bool]] = {}
