@@ -458,7 +458,7 @@ class Frontier:
             suffix = b"\t" + score + b"\t" + host
             n = placed.get(host, 0)
             strict = not pace.endswith(b"a")
-            interval = float(pace.rstrip(b"a")) / 1000
+            interval = float(pace.rstrip(b"a")) / 1e6
             for stored in reply[j + 4 : j + 4 + k]:
                 n += 1
                 field, payload = b"%s%d%s" % (call, n, suffix), expand_payload(stored, host)

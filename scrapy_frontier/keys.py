@@ -154,6 +154,25 @@ class Shard:
         return self.politeness_prefix + "@limited"
 
     @property
+    def next_send(self) -> str:
+        """Hash of the shard's hosts with a rate: host -> when it may next send (Unix ms, Redis
+        time; :attr:`Keys.politeness_prefix`)."""
+        return self.politeness_prefix + "@next"
+
+    @property
+    def at_delay(self) -> str:
+        """Hash of the shard's hosts: host -> the shared AutoThrottle's delay (µs, an integer;
+        :attr:`Keys.politeness_prefix`)."""
+        return self.politeness_prefix + "@at_delay"
+
+    @property
+    def latency(self) -> str:
+        """Hash of the shard's hosts: host -> the download latency of its last response a worker
+        reported to the shared AutoThrottle (µs, as the worker sent it: ``-1 - latency`` for a
+        response that is not a 200)."""
+        return self.politeness_prefix + "@latency"
+
+    @property
     def inflight(self) -> str:
         """Hash of the shard's hosts with leases in flight: host -> how many, across the cluster
         (absent: none), held under ``DOMAIN_CONCURRENCY`` by the lease script, which reads
@@ -441,14 +460,26 @@ class Keys:
 
     @property
     def politeness_prefix(self) -> str:
-        """Per-host politeness state, ``<spider>:politeness:<host>``, a hash shared by every
-        worker (the rate rule that reads it: ``scrapy_frontier/lua/lib/politeness_policy.lua``):
+        """Per-host politeness state, shared by every worker (the rate rule that reads it:
+        ``scrapy_frontier/lua/lib/politeness_policy.lua``). What changes with each send or
+        response is kept in one hash per shard for all its hosts, so that a lease or push call
+        reads and writes it for a whole batch of hosts in one command:
 
-        - ``next`` (Unix ms): when the host may next send, past every send booked: the lease
-          script books the sends of the requests it leases (one every ``1 / rate`` seconds from
-          now) and moves it past the last; :meth:`Politeness.reserve
-          <scrapy_frontier.politeness.Politeness.reserve>` books one more send for a request whose
-          booking did not hold (it could not leave on time, or the host was slowed down since).
+        - ``<prefix>@next`` (:attr:`Shard.next_send`), host -> Unix ms: when the host may next
+          send, past every send booked: the lease script books the sends of the requests it
+          leases (one every ``1 / rate`` seconds from now) and moves it past the last;
+          :meth:`Politeness.reserve <scrapy_frontier.politeness.Politeness.reserve>` books one
+          more send for a request whose booking did not hold (it could not leave on time, or the
+          host was slowed down since).
+        - ``<prefix>@at_delay`` (:attr:`Shard.at_delay`), host -> µs: the host's
+          AutoThrottle delay for the whole crawl
+          (:class:`~scrapy_frontier.politeness.SharedAutoThrottle`); ``1 / at_delay`` caps the rate.
+        - ``<prefix>@latency`` (:attr:`Shard.latency`), host -> µs: the download latency of the
+          host's last response a worker reported (``-1 - latency`` for a response that is not a 200).
+
+        The rest is a hash of the host's own, ``<spider>:politeness:<host>``, which exists only
+        for a host in :attr:`limited`:
+
         - ``pause_until`` (Unix ms): from a ``Retry-After``, or until the host's robots.txt, which
           could not be fetched, is tried again; nothing is leased or sent before.
         - ``factor`` (0-1, absent = 1): slow-down factor the rate is multiplied by; a 429 or 503
@@ -458,12 +489,8 @@ class Keys:
           rate of its own got when it was first slowed down, kept while ``factor`` < 1.
         - ``robots_delay`` (seconds): the host's robots.txt Crawl-delay; ``1 / robots_delay`` caps
           the rate.
-        - ``at_delay`` (seconds): the host's AutoThrottle delay for the whole crawl
-          (:class:`~scrapy_frontier.politeness.SharedAutoThrottle`); ``1 / at_delay`` caps the rate.
-        - ``latency`` (seconds): the download latency of the host's last response a worker reported.
 
-        The hash exists only for a host with a rate, a slow-down or AutoThrottle; the requests of a
-        host in flight are counted in the shard's :attr:`Shard.inflight` hash."""
+        The requests of a host in flight are counted in the shard's :attr:`Shard.inflight` hash."""
         return f"{self.crawl}:politeness:"
 
     @property

@@ -25,7 +25,7 @@ pauses the host for every worker until the time given; so does a robots.txt that
 fetched (RFC 9309, section 2.3.1.4), until it is tried again (:meth:`Politeness.pause`).
 
 With ``AUTOTHROTTLE_ENABLED``, AutoThrottle runs for the whole crawl (:class:`SharedAutoThrottle`):
-each host's delay (``at_delay``) follows Scrapy's rule on every worker's responses, and
+each host's delay (its entry in ``@at_delay``) follows Scrapy's rule on every worker's responses, and
 ``1 / delay`` is one more rate, the strictest rate winning.
 """
 
@@ -74,6 +74,12 @@ def concurrency_cap(value: int | None, settings: BaseSettings) -> int:
     return int(value) if value is not None else settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
 
 
+def latency_seconds(sample: float) -> float:
+    """A host's last latency as ``<prefix>@latency`` keeps it (the sample a worker sent, in µs; a
+    response that is not a 200's as ``-1 - latency``), in seconds."""
+    return (sample if sample >= 0 else -1 - sample) / 1e6
+
+
 def live_rate(value: bytes | str | None) -> float | None:
     """A live rate of ``<spider>:rates`` (requests/second) as the scripts take it
     (``politeness_policy.lua``'s ``rate_num``): a finite number >= 0, else None (absent, or not a
@@ -90,7 +96,9 @@ BUSY_HOSTS = 10
 #: Hosts with a politeness rule looked at per shard for a pause, when nothing of theirs is in flight.
 PAUSED_SAMPLE = 100
 #: The fields of a host's politeness hash that :func:`busy_host` reads, in order.
-POLITENESS_FIELDS = ("factor", "pause_until", "robots_delay", "base_rate", "at_delay", "latency")
+POLITENESS_FIELDS = ("factor", "pause_until", "robots_delay", "base_rate")
+#: The replies :func:`read_busy_hosts` queues per host.
+_BUSY_REPLIES = 4
 
 
 def busiest(
@@ -124,9 +132,13 @@ def read_limited_sample(pipe: Any, keys: Keys) -> None:
 
 def read_busy_hosts(pipe: Any, keys: Keys, counts: dict[str, int]) -> None:
     """Queue on ``pipe`` (a redis-py pipeline, sync or asyncio) the reads :func:`busy_hosts`
-    needs: each host's :data:`POLITENESS_FIELDS` and live rate, two replies a host."""
+    needs: each host's :data:`POLITENESS_FIELDS`, AutoThrottle delay, latency and live rate, four
+    replies a host."""
     for host in counts:
-        pipe.hmget(keys.shard_of(host).politeness_prefix + host, POLITENESS_FIELDS)
+        sh = keys.shard_of(host)
+        pipe.hmget(sh.politeness_prefix + host, POLITENESS_FIELDS)
+        pipe.hget(sh.at_delay, host)
+        pipe.hget(sh.latency, host)
         pipe.hget(keys.rates, host)
 
 
@@ -135,10 +147,10 @@ def busy_hosts(
 ) -> list[dict[str, Any]]:
     """The busy hosts (:func:`busiest`'s ``counts``), each as :func:`busy_host` gives it, from the
     ``replies`` to :func:`read_busy_hosts`: those with requests in flight, and those paused."""
-    hosts = [
-        busy_host(host, count, replies[2 * i], replies[2 * i + 1], default_rate, cap, now)
-        for i, (host, count) in enumerate(counts.items())
-    ]
+    hosts = []
+    for i, (host, count) in enumerate(counts.items()):
+        fields, at_delay, latency, rate = replies[_BUSY_REPLIES * i : _BUSY_REPLIES * (i + 1)]
+        hosts.append(busy_host(host, count, [*fields, at_delay, latency], rate, default_rate, cap, now))
     return [h for h in hosts if h["in_flight"] or "paused" in h["held_back_by"]]
 
 
@@ -154,10 +166,11 @@ def busy_host(
     """One busy host as ``scrapy status`` and the metrics show it: ``host``, ``in_flight``,
     ``delay_s`` (between two sends, 0: none), ``latency_s`` (its last response's, as AutoThrottle
     saw it; None: not known) and ``held_back_by`` (:func:`held_back`). ``fields``: its politeness
-    hash's :data:`POLITENESS_FIELDS` (``HMGET``), ``rate`` its entry in ``<spider>:rates``,
-    ``now`` the server's Unix time. A live rate that is not a finite number >= 0 is ignored, as the
+    hash's :data:`POLITENESS_FIELDS` (``HMGET``) then its AutoThrottle delay and latency, ``rate``
+    its entry in ``<spider>:rates``, ``now`` the server's Unix time. A live rate that is not a finite number >= 0 is ignored, as the
     scripts ignore it (``held_back_by`` then ends with ``bad live rate ignored``)."""
-    state = {name: float(v) for name, v in zip(POLITENESS_FIELDS, fields) if v is not None}
+    names = (*POLITENESS_FIELDS, "at_delay", "latency")
+    state = {name: float(v) for name, v in zip(names, fields) if v is not None}
     live = live_rate(rate)
     wait, reasons = held_back(state, live, default_rate, in_flight, cap, now)
     if rate is not None and live is None:
@@ -166,7 +179,7 @@ def busy_host(
         "host": host,
         "in_flight": in_flight,
         "delay_s": round(wait, 3),
-        "latency_s": round(state["latency"], 3) if "latency" in state else None,
+        "latency_s": round(latency_seconds(state["latency"]), 3) if "latency" in state else None,
         "held_back_by": reasons,
     }
 
@@ -190,7 +203,7 @@ def held_back(
         rates["Crawl-delay"] = factor / robots
     if not rates and factor < 1 and state.get("base_rate"):
         rates["slowed down"] = state["base_rate"] * factor
-    at_delay = state.get("at_delay", 0.0)
+    at_delay = state.get("at_delay", 0.0) / 1e6
     if at_delay > 0:
         rates["AutoThrottle"] = 1 / at_delay
     reasons = [min(rates, key=rates.__getitem__)] if rates else []
@@ -275,7 +288,7 @@ class SharedAutoThrottle:
     across the crawl, on average), ``start_delay`` (``AUTOTHROTTLE_START_DELAY``, seconds, at
     least ``DOWNLOAD_DELAY``), ``min_delay`` (``DOWNLOAD_DELAY``), ``max_delay``
     (``AUTOTHROTTLE_MAX_DELAY``), ``debug`` (``AUTOTHROTTLE_DEBUG``). A host's delay lives in its
-    politeness hash (``at_delay``, seconds); each response's ``download_latency`` moves it as
+    shard's ``@at_delay`` hash (µs, :attr:`Shard.at_delay <scrapy_frontier.keys.Shard.at_delay>`); each response's ``download_latency`` moves it as
     Scrapy's ``AutoThrottle._adjust_delay`` does (``lua/frontier_push.lua``), and its sends, from
     every worker, are spaced by it."""
 
@@ -302,13 +315,20 @@ class SharedAutoThrottle:
         )
 
     def lua_args(self) -> list[str]:
-        """The delay rule's numbers, as ``lua/frontier_push.lua`` reads them before its samples."""
-        return [repr(self.target_concurrency), repr(self.min_delay), repr(self.max_delay), repr(self.start_delay)]
+        """The delay rule's numbers, as ``lua/frontier_push.lua`` reads them before its samples:
+        the target concurrency, then the minimum, maximum and start delays in µs."""
+        return [repr(self.target_concurrency), *(micros(d) for d in (self.min_delay, self.max_delay, self.start_delay))]
+
+
+def micros(seconds: float) -> str:
+    """``seconds`` as a whole number of µs, the unit the scripts keep delays in (a Lua script reads
+    an integer's text several times faster than a fraction's, and writes it faster)."""
+    return str(round(seconds * 1e6))
 
 
 def autothrottle_start(autothrottle: SharedAutoThrottle | None) -> str:
-    """The start-delay argument of the lease and reserve scripts: ``''`` when AutoThrottle is off."""
-    return "" if autothrottle is None else repr(autothrottle.start_delay)
+    """The start-delay argument of the lease and reserve scripts (µs): ``''`` when AutoThrottle is off."""
+    return "" if autothrottle is None else micros(autothrottle.start_delay)
 
 
 class Politeness:
@@ -403,6 +423,7 @@ class Politeness:
                 int((pause or 0) * 1000),
                 self.base_rate,
                 self.keys.politeness_events,
+                sh.politeness_prefix,
             ],
         )
         return float(factor)

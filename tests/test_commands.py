@@ -564,8 +564,9 @@ def test_status_shows_the_busy_hosts_and_what_holds_each_back(redis_url, redis_c
     that is not a number is ignored, as the scripts ignore it."""
     now_ms = int(redis_client.time()[0] * 1000)
     redis_client.hset("site:politeness:@inflight", mapping={"@": "x" * 80, "a.example": 8, "b.example": 2, "c": 1})
-    redis_client.hset("site:politeness:a.example", mapping={"at_delay": 0.25, "latency": 1.0})
-    redis_client.hset("site:politeness:b.example", mapping={"robots_delay": 2, "factor": 0.5, "at_delay": 0.1})
+    redis_client.hset("site:politeness:@at_delay", mapping={"a.example": 250_000, "b.example": 100_000})
+    redis_client.hset("site:politeness:@latency", mapping={"a.example": 1_000_000, "b.example": -1 - 3_000_000})
+    redis_client.hset("site:politeness:b.example", mapping={"robots_delay": 2, "factor": 0.5})
     redis_client.hset("site:politeness:c", mapping={"pause_until": now_ms + 60_000})
     redis_client.hset("site:rates", mapping={"b.example": 10, "c": "abc"})
     # nothing in flight: d is listed for its pause (its robots.txt unreachable), e (a Crawl-delay) is not
@@ -586,7 +587,7 @@ def test_status_shows_the_busy_hosts_and_what_holds_each_back(redis_url, redis_c
             "host": "b.example",
             "in_flight": 2,
             "delay_s": 4.0,
-            "latency_s": None,
+            "latency_s": 3.0,
             "held_back_by": ["Crawl-delay", "slowed down"],
         },
         {

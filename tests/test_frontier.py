@@ -367,7 +367,7 @@ def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
     hash is read at lease time: nothing of the paused one, nothing of the one whose robots.txt
     request took the send Crawl-delay seconds before, one request of a delayed one not sent to yet
     (its rate, 1/10 s, allows one in the next second). A host without either is leased from its
-    queue alone and gets no politeness hash."""
+    queue alone and gets no politeness state."""
     from scrapy_frontier.politeness import Politeness
 
     async def go(f, r):
@@ -378,7 +378,7 @@ def test_the_lease_reads_the_politeness_of_limited_hosts_only(redis_url):
         await r.hset(KEYS.politeness_prefix + "d", "robots_delay", 10)
         await r.sadd(KEYS.shard_of("d").limited, "d")
         leases = await f.lease(10)
-        return leases, await r.exists(KEYS.politeness_prefix + "c")
+        return leases, await r.hexists(KEYS.shard_of("c").next_send, "c") + await r.exists(KEYS.politeness_prefix + "c")
 
     leases, c_state = run(with_frontier(redis_url, go))
     assert sorted(payloads(leases)) == [b'{"url":"c0"}', b'{"url":"c1"}', b'{"url":"d0"}']
@@ -634,7 +634,7 @@ def test_the_shared_autothrottle_moves_a_hosts_delay_by_scrapys_rule(redis_url):
         got = []
         for sample in samples:
             await f.push([], samples={"h": [sample]})
-            got.append(float(await r.hget(KEYS.politeness_prefix + "h", "at_delay")))
+            got.append(float(await r.hget(KEYS.shard_of("h").at_delay, "h")) / 1e6)
         await f.push([entry(f"u{i}") for i in range(10)])
         later = Frontier(r, KEYS, "n2", autothrottle=shared)
         return got, await later.lease(10)
@@ -660,13 +660,12 @@ def test_autothrottle_samples_in_one_push_apply_in_order(redis_url):
 
     async def go(f, r):
         await f.push([], samples={"h": [400_000, 400_000], "g": [-1 - 4_000_000]})
-        return await r.hmget(KEYS.politeness_prefix + "h", "at_delay", "latency"), await r.hget(
-            KEYS.politeness_prefix + "g", "at_delay"
-        )
+        sh = KEYS.shard_of("h")
+        return (await r.hget(sh.at_delay, "h"), await r.hget(sh.latency, "h")), await r.hget(sh.at_delay, "g")
 
     (h_delay, h_latency), g_delay = run(with_frontier(redis_url, go, autothrottle=shared))
-    # 1.0 -> (1.0 + 0.2) / 2 = 0.6 -> (0.6 + 0.2) / 2 = 0.4; an error page of 4 s raises g's to 2.0
-    assert (float(h_delay), float(h_latency), float(g_delay)) == pytest.approx((0.4, 0.4, 2.0))
+    # 1.0 -> (1.0 + 0.2) / 2 = 0.6 -> (0.6 + 0.2) / 2 = 0.4; an error page of 4 s raises g's to 2.0 (in µs)
+    assert (int(h_delay), int(h_latency), int(g_delay)) == (400_000, 400_000, 2_000_000)
 
 
 def test_a_host_back_under_its_cap_is_due_when_its_rate_lets_it_send(redis_url):
@@ -681,7 +680,7 @@ def test_a_host_back_under_its_cap_is_due_when_its_rate_lets_it_send(redis_url):
         now_s, now_us = await r.time()
         await f.push([], [lease])
         back = await r.zscore(KEYS.queue, "h")
-        booked = float(await r.hget(KEYS.politeness_prefix + "h", "next"))
+        booked = float(await r.hget(KEYS.shard_of("h").next_send, "h"))
         return parked, back, booked, now_s * 1000 + now_us // 1000
 
     parked, back, booked, now = run(with_frontier(redis_url, go, default_rate=1.0, concurrency_cap=1))
@@ -735,7 +734,7 @@ def test_a_live_rate_that_is_not_a_number_from_0_up_is_ignored(bad, redis_url):
 def test_send_bookings_of_one_turn_go_in_one_call_and_follow_each_other(redis_url):
     """Bookings asked for together (requests that could not leave at their lease-time booking)
     are made in one politeness_reserve call: three sends to a host at 4/s wait 0, 0.25 and 0.5 s,
-    a host without a rate waits for nothing and gets no politeness hash, and the host's next
+    a host without a rate waits for nothing and gets no politeness state, and the host's next
     send time is past the last booking."""
     from scrapy_frontier.politeness import Politeness
 
@@ -755,8 +754,8 @@ def test_send_bookings_of_one_turn_go_in_one_call_and_follow_each_other(redis_ur
         return (
             waits,
             calls,
-            int(await r.hget(KEYS.politeness_prefix + "h", "next")) - now_ms,
-            await r.exists(KEYS.politeness_prefix + "free"),
+            int(await r.hget(KEYS.shard_of("h").next_send, "h")) - now_ms,
+            await r.hexists(KEYS.shard_of("free").next_send, "free") + await r.exists(KEYS.politeness_prefix + "free"),
         )
 
     waits, calls, next_in, free_state = run(with_frontier(redis_url, go))

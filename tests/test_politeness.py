@@ -182,11 +182,11 @@ def test_every_worker_slows_down_when_the_server_does(recording_server, start_wo
     deadline = time.monotonic() + 60
     while len(server.times("/site/")) < 150 and time.monotonic() < deadline:
         time.sleep(0.05)
-    before = float(redis_client.hget("site:politeness:127.0.0.25", "at_delay"))
+    before = float(redis_client.hget("site:politeness:@at_delay", "127.0.0.25")) / 1e6
     changed = time.time()
     Path(f"{server.log}.slower").write_text("3")
     time.sleep(1.5)
-    after = float(redis_client.hget("site:politeness:127.0.0.25", "at_delay"))
+    after = float(redis_client.hget("site:politeness:@at_delay", "127.0.0.25")) / 1e6
     for w in workers:
         assert w.wait(180) == 0, w.output[-3000:]
     load_before, p50_before, speed_before = server.load(until=changed)

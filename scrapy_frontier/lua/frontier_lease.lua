@@ -10,22 +10,24 @@
 -- seen-feed entry this node read ('': no feed; '$': none yet, start from the newest), ARGV[7] this
 -- node's id, ARGV[8] feed entries to read at most, ARGV[9] this call's lease id prefix (unique among
 -- this node's calls: its count of calls, in hexadecimal, and a '.'), ARGV[10] the shared
--- AutoThrottle's start delay (seconds; '': off; with it on, every host has a rate), ARGV[11] its
+-- AutoThrottle's start delay (µs; '': off; with it on, every host has a rate), ARGV[11] its
 -- target concurrency
 -- A host with a rate (politeness_policy) gives at most the requests it may send in the next
 -- HORIZON_MS, one every 1 / rate seconds from now, and when AutoThrottle sets the rate, at most
 -- its target concurrency (about one latency's worth: a delay that grows applies within one
--- latency): their send times are booked here ('next' moves past the last), so a worker sends them
--- without another call (politeness_reserve books afresh one that could not leave on time).
+-- latency): their send times are booked here (the host's entry in @next moves past the last, one
+-- HSET for the call), so a worker sends them without another call (politeness_reserve books afresh
+-- one that could not leave on time).
 -- Returns {due_in, feed_last, k, then k fingerprint lists, then for each host and priority leased
 -- from: host, score, m, pace, then m payloads as stored}:
 --   due_in: in how many ms the earliest queued host is due (0: now, and always after a call that
 --     leased; -1: nothing queued): a duration, as a worker's clock is never compared with the server's
 --   feed_last: the id of the last seen-feed entry read ('' without a feed); the k lists: the
 --     fingerprints that other nodes pushed since ARGV[6] (as frontier_push writes them)
---   pace: '0' for a host without a rate, else the ms between two of its sends (the n-th payload of
---     the host in the reply, over its priorities, may be sent (n - 1) x pace ms from now), followed
---     by 'a' when only AutoThrottle sets its rate (politeness_policy's strict)
+--   pace: '0' for a host without a rate, else the µs between two of its sends (the n-th payload of
+--     the host in the reply, over its priorities, may be sent (n - 1) x pace µs from now), followed
+--     by 'a' when only AutoThrottle sets its rate (politeness_policy's strict): then it is the
+--     host's AutoThrottle delay as @at_delay holds it
 -- Each payload is leased as the field ARGV[9] .. place .. '\t' .. score .. '\t' .. host -> the payload,
 -- place being its rank among its host's payloads in the reply (1, 2, ...).
 --! include politeness_policy
@@ -40,7 +42,7 @@ local at_start = ARGV[10] ~= '' and tonumber(ARGV[10])
 local at_ahead = at_start and math.max(1, math.ceil(tonumber(ARGV[11])))
 -- a parked host's score, as text: formatted once a call (only with a cap), not once a host
 local park_text = cap > 0 and string.format('%d', now + PARK_MS)
-local INFLIGHT = pprefix .. '@inflight'
+local INFLIGHT, NEXT, AT_DELAY = pprefix .. '@inflight', pprefix .. '@next', pprefix .. '@at_delay'
 -- most crawls have no live rate, no host limited and none with priorities: one EXISTS for the
 -- three, and no HMGET or SMISMEMBER of them a batch
 local rates_key, limited_key, ranked_key = false, false, false
@@ -82,6 +84,8 @@ local fields, call, placed, places = {}, ARGV[9], {}, false
 -- each host's new score in the index (false: out of it) and in-flight count, written at the end:
 -- the walk never reads the index again
 local rescore, counted, held = {}, {}, {}
+-- the sends booked (host, Unix ms as text, ...), written in one HSET at the end
+local booked, nbooked = {}, 0
 -- The due hosts, a batch at a time (with a cap, n / cap of them: the cap from each), the next
 -- batch only while requests are still wanted; the index is written at the end, so an offset walks it
 local offset, visit_max = 0, 2 * want
@@ -92,7 +96,7 @@ while want > 0 and offset < visit_max do
   local hosts = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_text, 'LIMIT', int_text[offset], int_text[limit])
   offset = offset + #hosts
   if #hosts == 0 then break end
-  local rated, ranked, live, slowed = {}, {}, {}, {}
+  local rated, ranked, live, slowed, next_of, at_of = {}, {}, {}, {}, {}, {}
   local counts = each('HMGET', INFLIGHT, hosts)
   local limited = limited_key and each('SMISMEMBER', limited_key, hosts)
   local sets = ranked_key and each('SMISMEMBER', ranked_key, hosts)
@@ -105,10 +109,13 @@ while want > 0 and offset < visit_max do
     for j, host in ipairs(hosts) do ranked[host] = sets[j] == 1 end
   end
   if default_rate > 0 or limited or rates or at_start then
+    local nexts = each('HMGET', NEXT, hosts)
+    local ats = at_start and each('HMGET', AT_DELAY, hosts)
     for j, host in ipairs(hosts) do
       slowed[host] = limited and limited[j] == 1
       live[host] = rates and rate_num(rates[j]) or nil
       rated[host] = at_start or default_rate > 0 or (limited and limited[j] == 1) or live[host] ~= nil
+      next_of[host], at_of[host] = nexts[j], ats and ats[j]
     end
   end
   local left = hosts
@@ -120,7 +127,8 @@ while want > 0 and offset < visit_max do
       local inflight = held[host]
       local rate, next_lease, pause, _, strict = 0, 0, 0, 1, false
       if rated[host] then
-        rate, next_lease, pause, _, strict = policy_of(pprefix .. host, live[host], default_rate, at_start, not slowed[host])
+        rate, next_lease, pause, _, strict =
+          policy_of(pprefix, host, live[host], default_rate, at_start, slowed[host], next_of[host], at_of[host])
       end
       local due = math.max(next_lease, pause)
       if due > now then
@@ -135,9 +143,12 @@ while want > 0 and offset < visit_max do
         if rate > 0 then
           take = math.min(take, math.max(1, math.floor(HORIZON_MS * rate / 1000)))
           if not strict and at_ahead then take = math.min(take, at_ahead) end
-          -- ms to 3 decimals, written with integers (a float's printf costs many times more)
-          local us = math.floor(1e6 / rate + 0.5)
-          pace = string.format(strict and '%d.%03d' or '%d.%03da', math.floor(us / 1000), us % 1000)
+          if strict then
+            pace = string.format('%d', math.floor(1e6 / rate + 0.5))
+          else
+            -- AutoThrottle's delay, as stored: no number formatted
+            pace = (at_of[host] or ARGV[10]) .. 'a'
+          end
         end
         if cap > 0 then take = math.min(take, cap - inflight) end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
@@ -164,7 +175,8 @@ while want > 0 and offset < visit_max do
         if rate > 0 then
           ready = now + math.ceil(got * 1000 / rate)
           ready_text = string.format('%d', ready)
-          redis.call('HSET', pprefix .. host, 'next', ready_text)
+          booked[nbooked + 1], booked[nbooked + 2] = host, ready_text
+          nbooked = nbooked + 2
         end
         if cap > 0 and held[host] >= cap and ready < now + PARK_MS then ready, ready_text = now + PARK_MS, park_text end
         if empty then
@@ -189,6 +201,10 @@ if nfields > 0 then
   fields[nfields + 1], fields[nfields + 2] = HASH_MARK, HASH_MARK_VALUE
 end
 flush('HSET', KEYS[2], fields, 2000)
+if nbooked > 0 then
+  booked[nbooked + 1], booked[nbooked + 2] = HASH_MARK, HASH_MARK_VALUE
+end
+flush('HSET', NEXT, booked, 2000)
 local scores, gone, counts = {}, {}, {}
 for host, score in pairs(rescore) do
   if score then

@@ -14,7 +14,7 @@
 --   n_ack_groups x (host ('' for start URLs' leases), k, then k lease fields), one group a host;
 --   n_failed x dead-letter entry (JSON);
 --   the shared AutoThrottle's latency samples: n_at_hosts, and when it is not 0, the target
---   concurrency, the minimum, maximum and start delays (seconds), then n_at_hosts x (host, k, then
+--   concurrency, the minimum, maximum and start delays (µs), then n_at_hosts x (host, k, then
 --   k samples, oldest first: a response's download latency in µs, as -1 - latency for a response
 --   that is not a 200); then the last ten:
 --   politeness prefix (+ host), Bloom bits prefix, dedup layout ('packed', 'set', 'zset', 'bloom'),
@@ -126,7 +126,7 @@ end
 local hs = {}
 for h in pairs(ended) do hs[#hs + 1] = h end
 if #hs > 0 then
-  local counts, zeroed, back = {}, {}, {}
+  local counts, zeroed, unparked = {}, {}, {}
   for j = 1, #hs, 1000 do
     local part = #hs <= 1000 and hs or {unpack(hs, j, math.min(j + 999, #hs))}
     local was = call('HMGET', INFLIGHT, unpack(part))
@@ -139,54 +139,75 @@ if #hs > 0 then
       else
         zeroed[#zeroed + 1] = h
       end
-      -- below the cap again: back in the hosts index (frontier_lease parked it), due when its
-      -- politeness lets it send next (a rate's booking, a pause), else now: a lease that found
-      -- it due too early would only read its state and park it again
-      if CAP > 0 and left < CAP and before >= CAP then
-        clock()
-        local st = call('HMGET', pprefix .. h, 'next', 'pause_until')
-        local due = math.max(NOW, tonumber(st[1] or '') or 0, tonumber(st[2] or '') or 0)
-        back[#back + 1] = due == NOW and now_text or string.format('%d', due)
-        back[#back + 1] = h
-      end
+      if CAP > 0 and left < CAP and before >= CAP then unparked[#unparked + 1] = h end
     end
   end
   for j = 1, #counts, 2000 do redis.call('HSET', INFLIGHT, unpack(counts, j, math.min(j + 1999, #counts))) end
   for j = 1, #zeroed, 1000 do redis.call('HDEL', INFLIGHT, unpack(zeroed, j, math.min(j + 999, #zeroed))) end
-  for j = 1, #back, 2000 do redis.call('ZADD', KEYS[2], 'XX', 'LT', unpack(back, j, math.min(j + 1999, #back))) end
+  -- below the cap again: back in the hosts index (frontier_lease parked it), due when its
+  -- politeness lets it send next (a rate's booking, a pause), else now: a lease that found it
+  -- due too early would only read its state and park it again
+  if #unparked > 0 then
+    clock()
+    local back = {}
+    for j = 1, #unparked, 1000 do
+      local part = #unparked <= 1000 and unparked or {unpack(unparked, j, math.min(j + 999, #unparked))}
+      local nexts = call('HMGET', pprefix .. '@next', unpack(part))
+      local limited = call('SMISMEMBER', pprefix .. '@limited', unpack(part))
+      for k, h in ipairs(part) do
+        local pause = limited[k] == 1 and call('HGET', pprefix .. h, 'pause_until')
+        local due = math.max(NOW, tonumber(nexts[k] or '') or 0, tonumber(pause or '') or 0)
+        back[#back + 1] = due == NOW and now_text or string.format('%d', due)
+        back[#back + 1] = h
+      end
+    end
+    for j = 1, #back, 2000 do redis.call('ZADD', KEYS[2], 'XX', 'LT', unpack(back, j, math.min(j + 1999, #back))) end
+  end
 end
 for _ = 1, nf do
   redis.call('LPUSH', KEYS[4], ARGV[i])
   i = i + 1
 end
 -- AutoThrottle's delay rule (Scrapy's scrapy.extensions.throttle.AutoThrottle._adjust_delay), once
--- per response of any worker, on the host's delay for the whole crawl (at_delay, seconds): the mean
+-- per response of any worker, on the host's delay for the whole crawl (its entry in @at_delay, µs): the mean
 -- of the delay and latency / target, or the latter when larger, within the bounds; a response
 -- that is not a 200 may raise the delay, never lower it
 local nat = int_of(argv[i])
--- seconds to the µs, written with integers: a float's printf (Redis writes a Lua number with
--- '%.17g') and the parse of its 17 digits cost many times more
-local function seconds_text(x)
-  local us = math.floor(x * 1e6 + 0.5)
-  return string.format('%d.%06d', math.floor(us / 1e6), us % 1e6)
-end
 if nat > 0 then
   local target, lo, hi, start = tonumber(argv[i + 1]), tonumber(argv[i + 2]), tonumber(argv[i + 3]), tonumber(argv[i + 4])
   i = i + 5
-  for _ = 1, nat do
-    local state, k = pprefix .. argv[i], int_of(argv[i + 1])
-    local delay = tonumber(call('HGET', state, 'at_delay') or '') or start
-    local latency = 0
-    for j = i + 2, i + 1 + k do
-      local sample = tonumber(argv[j])
-      local ok = sample >= 0
-      latency = (ok and sample or -1 - sample) / 1e6
-      local want = latency / target
-      local new = math.min(math.max(lo, math.max(want, (delay + want) / 2)), hi)
-      if ok or new > delay then delay = new end
+  -- each host's delay and last latency, read for every host in one HMGET and written in one HSET
+  -- each (the HASH_MARK keeps the hashes in the hashtable encoding: a listpack's HMGET is a scan)
+  local hosts, first = {}, {}
+  local j = i
+  for n = 1, nat do
+    hosts[n], first[n] = argv[j], j
+    j = j + 2 + int_of(argv[j + 1])
+  end
+  i = j
+  local AT_DELAY, LATENCY = pprefix .. '@at_delay', pprefix .. '@latency'
+  local delays, latencies = {}, {}
+  for lo_n = 1, nat, 1000 do
+    local hi_n = math.min(lo_n + 999, nat)
+    local was = call('HMGET', AT_DELAY, unpack(hosts, lo_n, hi_n))
+    for n = lo_n, hi_n do
+      local delay = tonumber(was[n - lo_n + 1] or '') or start
+      local at = first[n]
+      local last = at + 1 + int_of(argv[at + 1])
+      for s = at + 2, last do
+        local sample = tonumber(argv[s])
+        local ok = sample >= 0
+        local want = (ok and sample or -1 - sample) / target
+        local new = math.min(math.max(lo, math.max(want, (delay + want) / 2)), hi)
+        if ok or new > delay then delay = new end
+      end
+      delays[#delays + 1], delays[#delays + 2] = hosts[n], string.format('%d', math.floor(delay + 0.5))
+      -- the last sample as the worker wrote it: no number formatted
+      latencies[#latencies + 1], latencies[#latencies + 2] = hosts[n], argv[last]
     end
-    call('HSET', state, 'at_delay', seconds_text(delay), 'latency', seconds_text(latency))
-    i = i + 2 + k
+    call('HSET', AT_DELAY, HASH_MARK, HASH_MARK_VALUE, unpack(delays))
+    call('HSET', LATENCY, HASH_MARK, HASH_MARK_VALUE, unpack(latencies))
+    delays, latencies = {}, {}
   end
 end
 if duplicates then
