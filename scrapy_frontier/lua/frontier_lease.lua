@@ -84,8 +84,9 @@ local fields, call, placed, places = {}, ARGV[9], {}, false
 -- each host's new score in the index (false: out of it) and in-flight count, written at the end:
 -- the walk never reads the index again
 local rescore, counted, held = {}, {}, {}
--- the sends booked (host, Unix ms as text, ...), written in one HSET at the end
-local booked, nbooked = {}, 0
+-- the sends booked (host, Unix ms as text, ...), written in one HSET at the end; the paces of the
+-- call's rates, as text (most hosts of a crawl share one rate)
+local booked, nbooked, paces = {}, 0, {}
 -- The due hosts, a batch at a time (with a cap, n / cap of them: the cap from each), the next
 -- batch only while requests are still wanted; the index is written at the end, so an offset walks it
 local offset, visit_max = 0, 2 * want
@@ -130,7 +131,7 @@ while want > 0 and offset < visit_max do
         rate, next_lease, pause, _, strict =
           policy_of(pprefix, host, live[host], default_rate, at_start, slowed[host], next_of[host], at_of[host])
       end
-      local due = math.max(next_lease, pause)
+      local due = next_lease > pause and next_lease or pause
       if due > now then
         rescore[host] = string.format('%d', due)
         take = 0
@@ -141,16 +142,22 @@ while want > 0 and offset < visit_max do
       if take > 0 then
         local pace = '0'
         if rate > 0 then
-          take = math.min(take, math.max(1, math.floor(HORIZON_MS * rate / 1000)))
-          if not strict and at_ahead then take = math.min(take, at_ahead) end
+          local ahead = math.floor(HORIZON_MS * rate / 1000)
+          if ahead < 1 then ahead = 1 end
+          if not strict and at_ahead and ahead > at_ahead then ahead = at_ahead end
+          if take > ahead then take = ahead end
           if strict then
-            pace = string.format('%d', math.floor(1e6 / rate + 0.5))
+            pace = paces[rate]
+            if not pace then
+              pace = string.format('%d', math.floor(1e6 / rate + 0.5))
+              paces[rate] = pace
+            end
           else
             -- AutoThrottle's delay, as stored: no number formatted
             pace = (at_of[host] or ARGV[10]) .. 'a'
           end
         end
-        if cap > 0 then take = math.min(take, cap - inflight) end
+        if cap > 0 and take > cap - inflight then take = cap - inflight end
         local groups, got, empty = queue_pop(prefix, host, take, ranked[host])
         local k = placed[host] or 0
         places = places or int_texts()

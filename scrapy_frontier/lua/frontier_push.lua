@@ -198,7 +198,11 @@ if nat > 0 then
         local sample = tonumber(argv[s])
         local ok = sample >= 0
         local want = (ok and sample or -1 - sample) / target
-        local new = math.min(math.max(lo, math.max(want, (delay + want) / 2)), hi)
+        -- max(want, (delay + want) / 2) within [lo, hi], with no call out of Lua
+        local new = (delay + want) / 2
+        if want > new then new = want end
+        if new < lo then new = lo end
+        if new > hi then new = hi end
         if ok or new > delay then delay = new end
       end
       delays[#delays + 1], delays[#delays + 2] = hosts[n], string.format('%d', math.floor(delay + 0.5))

@@ -28,22 +28,29 @@ local function rate_num(v)
   if n and n >= 0 and n < math.huge then return n end
   return nil
 end
-local UNLIMITED = {false, false, false, false}
 local function policy_of(pprefix, host, live_rate, default_rate, at_start, limited, next_v, at_v)
-  local st = limited and redis.call('HMGET', pprefix .. host, 'factor', 'pause_until', 'robots_delay', 'base_rate')
-    or UNLIMITED
-  local rate = live_rate or default_rate
-  local robots = num(st[3])
-  if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
-  local factor = num(st[1]) or 1
-  if rate <= 0 and factor < 1 then rate = num(st[4]) or 0 end
+  local due = next_v and tonumber(next_v) or 0
+  if not (limited or live_rate or default_rate > 0) then
+    -- no rule but AutoThrottle's, if on (most hosts of most crawls): nothing more to read
+    local delay = at_start and (at_v and tonumber(at_v) or at_start) or 0
+    return delay > 0 and 1e6 / delay or 0, due, 0, 1, false
+  end
+  local rate, factor, pause = live_rate or default_rate, 1, 0
+  if limited then
+    local st = redis.call('HMGET', pprefix .. host, 'factor', 'pause_until', 'robots_delay', 'base_rate')
+    local robots = num(st[3])
+    if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
+    factor = num(st[1]) or 1
+    if rate <= 0 and factor < 1 then rate = num(st[4]) or 0 end
+    pause = num(st[2]) or 0
+  end
   if rate > 0 then rate = rate * factor end
   local strict = rate > 0
   if at_start then
     local delay = num(at_v) or at_start
     if delay > 0 and (rate <= 0 or 1e6 / delay < rate) then rate = 1e6 / delay end
   end
-  return rate, num(next_v) or 0, num(st[2]) or 0, factor, strict
+  return rate, due, pause, factor, strict
 end
 local function policy(pprefix, host, rates_key, default_rate, at_start)
   local live = rates_key and rate_num(redis.call('HGET', rates_key, host))
