@@ -166,9 +166,10 @@ def busy_host(
     """One busy host as ``scrapy status`` and the metrics show it: ``host``, ``in_flight``,
     ``delay_s`` (between two sends, 0: none), ``latency_s`` (its last response's, as AutoThrottle
     saw it; None: not known) and ``held_back_by`` (:func:`held_back`). ``fields``: its politeness
-    hash's :data:`POLITENESS_FIELDS` (``HMGET``) then its AutoThrottle delay and latency, ``rate``
-    its entry in ``<spider>:rates``, ``now`` the server's Unix time. A live rate that is not a finite number >= 0 is ignored, as the
-    scripts ignore it (``held_back_by`` then ends with ``bad live rate ignored``)."""
+    hash's :data:`POLITENESS_FIELDS` (``HMGET``) then its AutoThrottle delay and latency (µs, as
+    the shard's hashes keep them), ``rate`` its entry in ``<spider>:rates``, ``now`` the server's
+    Unix time. A live rate that is not a finite number >= 0 is ignored, as the scripts ignore it
+    (``held_back_by`` then ends with ``bad live rate ignored``)."""
     names = (*POLITENESS_FIELDS, "at_delay", "latency")
     state = {name: float(v) for name, v in zip(names, fields) if v is not None}
     live = live_rate(rate)
@@ -288,9 +289,9 @@ class SharedAutoThrottle:
     across the crawl, on average), ``start_delay`` (``AUTOTHROTTLE_START_DELAY``, seconds, at
     least ``DOWNLOAD_DELAY``), ``min_delay`` (``DOWNLOAD_DELAY``), ``max_delay``
     (``AUTOTHROTTLE_MAX_DELAY``), ``debug`` (``AUTOTHROTTLE_DEBUG``). A host's delay lives in its
-    shard's ``@at_delay`` hash (µs, :attr:`Shard.at_delay <scrapy_frontier.keys.Shard.at_delay>`); each response's ``download_latency`` moves it as
-    Scrapy's ``AutoThrottle._adjust_delay`` does (``lua/frontier_push.lua``), and its sends, from
-    every worker, are spaced by it."""
+    shard's ``@at_delay`` hash (µs, :attr:`Shard.at_delay <scrapy_frontier.keys.Shard.at_delay>`);
+    each response's ``download_latency`` moves it as Scrapy's ``AutoThrottle._adjust_delay`` does
+    (``lua/frontier_push.lua``), and its sends, from every worker, are spaced by it."""
 
     target_concurrency: float
     start_delay: float
