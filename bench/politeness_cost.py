@@ -3,11 +3,19 @@ requests in flight per host, two workers, item pipelines off) with no rate and n
 with AutoThrottle for the whole crawl, and with ``DOMAIN_RATE_LIMIT`` and AutoThrottle.
 
     python -m bench.politeness_cost [--hosts 300] [--pages 40] [--cap 2] [--rate 2] [--rounds 2]
+    python -m bench.politeness_cost --callgrind
 
 Prints, per kind, the median of the rounds: pages/s, Redis CPU per page (µs, ``INFO cpu``, less
 Redis's own idle work over the run: a rate-limited crawl runs longer) and Redis commands per page
 (``INFO commandstats``), and each kind's CPU per page against the first kind's (the target: at
 most 1.5 with a rate and AutoThrottle). Writes bench/out/politeness_cost.json.
+
+``--callgrind`` runs each kind once against a Redis under valgrind's callgrind
+(:class:`bench.redis_cpu.CallgrindRedis`) and prints the instructions Redis executed per page, net
+of its idle work, and their ratios: a count that hardly moves from one run to the next, where the
+CPU time moves with the machine (the workers, nginx and Redis share its cores). It leaves out the
+kernel's part (the network), and Redis runs many times slower, so the workers' calls are somewhat
+fewer and larger than at full speed. Needs valgrind.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from typing import Any
 
 from bench import broad
+from bench.redis_cpu import CallgrindRedis
 from bench.speed import OUT
 from tests.loopback import free_port
 from tests.servers import RedisServer
@@ -40,6 +50,30 @@ def commands_per_page(run: dict[str, Any]) -> float:
     return round(sum(c["calls_per_page"] for c in run.get("commandstats", {}).values()), 1)
 
 
+def instructions(args: argparse.Namespace, site_url: str) -> None:
+    """Each kind once against a callgrind Redis: instructions per page net of idle, and ratios."""
+    redis = CallgrindRedis()
+    try:
+        _, idle = redis.instructions(lambda: time.sleep(5.0))
+        per_page: dict[str, float] = {}
+        for name, settings in kinds(args.rate):
+            start = time.monotonic()
+            r, count = redis.instructions(
+                lambda settings=settings, name=name: broad.crawl(
+                    name, "frontier", 2, site_url, redis.url, args.cap, 1800, settings=settings
+                )
+            )
+            per_page[name] = (count - idle / 5.0 * (time.monotonic() - start)) / r["pages"]
+            base = next(iter(per_page.values()))
+            print(
+                f"{name}: {r['pages']} pages, {r['pages_per_s']} pages/s, Redis {per_page[name]:,.0f} "
+                f"instructions/page net of idle ({per_page[name] / base:.2f}x)",
+                flush=True,
+            )
+    finally:
+        redis.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=300)
@@ -47,12 +81,18 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=2, help="requests in flight per host")
     parser.add_argument("--rate", type=float, default=2.0, help="DOMAIN_RATE_LIMIT of the rate-limited kind")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--callgrind", action="store_true", help="count Redis's instructions per page under valgrind instead"
+    )
     args = parser.parse_args()
     port = free_port(broad.host(0))
     site = broad.make_site(args.hosts, args.pages, port)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in kinds(args.rate)}
     timeout = max(600.0, args.hosts * args.pages / 5)
     with broad.BroadNginx(site, args.hosts, port) as server:
+        if args.callgrind:
+            instructions(args, server.url + "p0.html")
+            return
         redis = RedisServer()
         try:
             for _ in range(args.rounds):
