@@ -424,7 +424,6 @@ class Politeness:
                 int((pause or 0) * 1000),
                 self.base_rate,
                 self.keys.politeness_events,
-                sh.politeness_prefix,
             ],
         )
         return float(factor)

@@ -129,7 +129,7 @@ while want > 0 and offset < visit_max do
       local rate, next_lease, pause, _, strict = 0, 0, 0, 1, false
       if rated[host] then
         rate, next_lease, pause, _, strict =
-          policy_of(pprefix, host, live[host], default_rate, at_start, slowed[host], next_of[host], at_of[host])
+          policy_of(slowed[host] and pprefix .. host, live[host], default_rate, at_start, next_of[host], at_of[host])
       end
       local due = next_lease > pause and next_lease or pause
       if due > now then

@@ -4,13 +4,13 @@
 -- KEYS[1] the host's politeness hash, KEYS[2] rates hash, KEYS[3] limited hosts set
 -- ARGV[1] host, ARGV[2] default rate (requests/second), ARGV[3] minimum factor, ARGV[4] pause
 -- (ms from now, 0 = none; now is the server's time), ARGV[5] base rate for a host that had no
--- rate (requests/second), ARGV[6] events channel, ARGV[7] politeness prefix (+ host = KEYS[1])
+-- rate (requests/second), ARGV[6] events channel
 -- Returns the new factor (a string).
 --! include politeness_policy
 --! include redis_time
 local now = redis_now_ms()
 local live = rate_num(redis.call('HGET', KEYS[2], ARGV[1]))
-local rate, _, pause, factor = policy_of(ARGV[7], ARGV[1], live, tonumber(ARGV[2]), false, true, false, false)
+local rate, _, pause, factor = policy_of(KEYS[1], live, tonumber(ARGV[2]), false, false, false)
 factor = math.max(tonumber(ARGV[3]), factor / 2)
 redis.call('HSET', KEYS[1], 'factor', factor)
 if rate <= 0 then redis.call('HSETNX', KEYS[1], 'base_rate', ARGV[5]) end

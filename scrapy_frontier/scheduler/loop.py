@@ -558,9 +558,9 @@ class FrontierLoop:
 
     def _take_samples(self) -> dict[str, list[int]] | None:
         """The latency samples due to be sent (:class:`~scrapy_frontier.politeness.LatencySamples`),
-        taken out of the buffer (a failed flush loses them: a delay misses a few responses,
-        nothing else)."""
-        return self._samples.take(time.monotonic())
+        all of them once the worker is stopping, taken out of the buffer (a failed flush loses
+        them: a delay misses a few responses, nothing else)."""
+        return self._samples.take(time.monotonic(), everything=self._stopping)
 
     def _take(self, leases: list[Lease]) -> int:
         """Queue locally the requests of ``leases`` (an unreadable one goes to the dead

@@ -7,11 +7,11 @@
 --   rate_num(v) -> the rate in v (a live rate, requests/second): a finite number >= 0, else nil
 --     (not a number, negative, NaN, infinite: the host then has the default rate, as if it had no
 --     live rate)
---   policy_of(pprefix, host, live_rate, default_rate, at_start, limited, next_v, at_v) -> rate,
---     due, pause_until, factor, strict:
---     the host's own hash (pprefix .. host) is read only when limited (the host is in @limited:
---     slowed down, paused or with a Crawl-delay); next_v and at_v are its entries in @next and
---     @at_delay (replies, false when absent);
+--   policy_of(limited_key, live_rate, default_rate, at_start, next_v, at_v) -> rate, due,
+--     pause_until, factor, strict:
+--     limited_key the host's own hash (pprefix .. host) when the host is in @limited (slowed down,
+--     paused or with a Crawl-delay), else false: it is not read; next_v and at_v are its entries
+--     in @next and @at_delay (replies, false when absent);
 --     rate (requests/second, 0 = none): live_rate (the host's entry in the rates hash; nil: none),
 --     else default_rate; its robots.txt Crawl-delay when stricter; with no rate but slowed down
 --     (factor < 1), the base_rate recorded when first slowed down; times its slow-down factor
@@ -28,16 +28,16 @@ local function rate_num(v)
   if n and n >= 0 and n < math.huge then return n end
   return nil
 end
-local function policy_of(pprefix, host, live_rate, default_rate, at_start, limited, next_v, at_v)
+local function policy_of(limited_key, live_rate, default_rate, at_start, next_v, at_v)
   local due = next_v and tonumber(next_v) or 0
-  if not (limited or live_rate or default_rate > 0) then
+  if not (limited_key or live_rate or default_rate > 0) then
     -- no rule but AutoThrottle's, if on (most hosts of most crawls): nothing more to read
     local delay = at_start and (at_v and tonumber(at_v) or at_start) or 0
     return delay > 0 and 1e6 / delay or 0, due, 0, 1, false
   end
   local rate, factor, pause = live_rate or default_rate, 1, 0
-  if limited then
-    local st = redis.call('HMGET', pprefix .. host, 'factor', 'pause_until', 'robots_delay', 'base_rate')
+  if limited_key then
+    local st = redis.call('HMGET', limited_key, 'factor', 'pause_until', 'robots_delay', 'base_rate')
     local robots = num(st[3])
     if robots and robots > 0 and (rate <= 0 or 1 / robots < rate) then rate = 1 / robots end
     factor = num(st[1]) or 1
@@ -56,5 +56,5 @@ local function policy(pprefix, host, rates_key, default_rate, at_start)
   local live = rates_key and rate_num(redis.call('HGET', rates_key, host))
   local next_v = redis.call('HGET', pprefix .. '@next', host)
   local at_v = at_start and redis.call('HGET', pprefix .. '@at_delay', host)
-  return policy_of(pprefix, host, live, default_rate, at_start, true, next_v, at_v)
+  return policy_of(pprefix .. host, live, default_rate, at_start, next_v, at_v)
 end
