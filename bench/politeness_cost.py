@@ -104,7 +104,8 @@ def main() -> None:
                     print(
                         f"{name}: {r['pages']} pages, {r['pages_per_s']} pages/s, Redis "
                         f"{r['redis_cpu_us_per_page_net']} µs/page net of idle ({r['redis_cpu_us_per_page']} in "
-                        f"all), {commands_per_page(r)} commands/page",
+                        f"all), {commands_per_page(r)} commands/page; "
+                        + ", ".join(f"{k} {v / r['pages']:.4f}" for k, v in r.get("calls", {}).items()),
                         flush=True,
                     )
         finally:

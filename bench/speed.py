@@ -305,6 +305,11 @@ def crawl(
         "exit_codes": [p.returncode for p, _, _ in procs],
         "load_before": load_before,
         "load_after": loadavg(),
+        # the scheduler's frontier calls and the politeness counts, summed over the workers
+        "calls": {
+            k: sum(s.get(k, 0) for s in stats)
+            for k in sorted({k for s in stats for k in s if k.startswith(("frontier/calls/", "politeness/"))})
+        },
         **redis_figures,
     }
 

@@ -253,6 +253,8 @@ class LatencySamples:
         self._held: dict[str, list[int]] = {}
         self._since: dict[str, float] = {}
         self._urgent: set[str] = set()
+        #: Whether a sample held moves its host's pace or is of an error response: to send at once.
+        self.pressing = False
 
     def add(self, host: str, sample: int, now: float, urgent: bool = False) -> None:
         samples = self._held.setdefault(host, [])
@@ -263,6 +265,8 @@ class LatencySamples:
             del samples[0]
         if urgent or sample < 0 or len(samples) >= self.batch:
             self._urgent.add(host)
+        if urgent or sample < 0:
+            self.pressing = True
 
     def take(self, now: float, everything: bool = False) -> dict[str, list[int]] | None:
         """The samples to send now (taken out of the buffer), ``None`` when none is due;
@@ -270,6 +274,7 @@ class LatencySamples:
         if not self._held or not (everything or self._urgent or min(self._since.values()) <= now - self.hold):
             return None
         out: dict[str, list[int]] = {}
+        self.pressing = False
         for host, samples in list(self._held.items()):
             if everything or host in self._urgent or self._since[host] <= now - self.hold:
                 out[host] = samples

@@ -19,7 +19,6 @@ import os
 import re
 import socket
 import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
@@ -36,6 +35,7 @@ from scrapy_frontier.payload import START_PREFIX, lease_host
 from scrapy_frontier.politeness import SEND_AT_META, LatencySamples, moves_pace, sync_rates
 from scrapy_frontier.redis_health import OUT_OF_MEMORY
 from scrapy_frontier.revisit import REVISIT_IN_META, REVISIT_META, STATE_MARK, add_validators, schedule_args
+from scrapy_frontier.scheduler.buffer import SendBuffer
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
@@ -56,6 +56,9 @@ logger = logging.getLogger(__name__)
 _PACES_KEPT = 100_000
 #: Requests one push call sends at most.
 _PUSH_BATCH = 1000
+#: Seconds at most that what a worker buffers for Redis (links, acknowledgements, latencies) waits
+#: for a refill's call to ride on (Scheduler._flush_due).
+_FLUSH_HOLD = 1.0
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
 #: Longest wait between two looks for due revisits (seconds), and most pages one look queues per shard.
@@ -124,7 +127,10 @@ class FrontierLoop:
         self._state_lost = False
         self.leases = LeaseBook(self.keys, node_id, self.stats, config.download_maxsize)
         self.intake = StartUrlIntake(spider, self.stats, node_id, config.start_max_bytes, config.encoding)
-        self._local: deque[Request] = deque()
+        #: Leased requests not yet handed to the engine, those booked for later until their time.
+        self._local = SendBuffer()
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._send_timer_at = 0.0
         self._to_push: list[Entry] = []
         #: Revisits to schedule (host, schedule_args values), sent before the acknowledgements.
         self._to_schedule: list[tuple[str, list[Any]]] = []
@@ -137,6 +143,7 @@ class FrontierLoop:
         self._stopping = False
         self._poll_delay = 0.0
         self._next_poll = 0.0
+        self._next_flush = 0.0
         self._turn: float | None = None
         self._idle_since: float | None = None
         self._idle_confirmed = False
@@ -318,10 +325,26 @@ class FrontierLoop:
     def next_request(self) -> Request | None:
         if len(self._local) <= self.config.prefetch // 2:
             self._wakeup.set()
-        if not self._local:
+        request = self._local.pop(time.monotonic())
+        if request is None:
+            self._wake_at_send_time()
             return None
         self.stats.inc_value("scheduler/dequeued/redis")
-        return self._local.popleft()
+        return request
+
+    def _wake_at_send_time(self) -> None:
+        """Have the engine ask again when the first request booked for later may leave."""
+        at = self._local.next_send()
+        if at is None or (self._send_timer is not None and self._send_timer_at <= at):
+            return
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+        self._send_timer_at = at
+        self._send_timer = self._loop.call_later(max(0.0, at - time.monotonic()), self._send_time_came)
+
+    def _send_time_came(self) -> None:
+        self._send_timer = None
+        scrapy_internals.wake_engine(self.crawler)
 
     # -- the background task ----------------------------------------------------------------
 
@@ -359,12 +382,35 @@ class FrontierLoop:
                 await asyncio.sleep(min(5.0, 0.5 * 2 ** min(6, self.stats.get_value("frontier/redis_errors", 0))))
 
     def _tick(self) -> float:
-        if len(self._local) > self.config.prefetch // 2:
-            return 1.0
-        return max(0.0, min(self._next_poll - time.monotonic(), 1.0))
+        now = time.monotonic()
+        wait = 1.0 if len(self._local) > self.config.prefetch // 2 else min(self._next_poll - now, 1.0)
+        if self._to_push or self.leases.to_ack or self.leases.to_fail:
+            wait = min(wait, self._next_flush - now)
+        return max(0.0, wait)
 
     def _refill_due(self) -> bool:
-        return len(self._local) <= self.config.prefetch // 2 and time.monotonic() >= self._next_poll
+        """Whether to lease now: the buffer is half empty, and the next poll is due or the
+        buffered push would make it due (:meth:`_pushed`: links queued, or a lease of a host its
+        concurrency cap parked acknowledged), which then rides on the same round trip."""
+        if len(self._local) > self.config.prefetch // 2:
+            return False
+        return (
+            time.monotonic() >= self._next_poll
+            or bool(self._to_push)
+            or bool(self.leases.to_ack and self.frontier.concurrency_cap)
+        )
+
+    def _flush_due(self) -> bool:
+        """Whether what is buffered for Redis goes now, with no refill to ride on: a full push
+        batch, a latency that moves a host's pace (:attr:`LatencySamples.pressing`), or held
+        :data:`_FLUSH_HOLD` seconds. A worker whose buffer is full sends its links and
+        acknowledgements with its next lease, in one round trip, rather than one call each."""
+        return (
+            len(self._to_push) >= _PUSH_BATCH
+            or self._samples.pressing
+            or bool(self._to_schedule)
+            or time.monotonic() >= self._next_flush
+        )
 
     async def _step(self) -> None:
         if self._state_lost:
@@ -382,16 +428,18 @@ class FrontierLoop:
         await self._queue_due()
         running = self.crawler.engine.running
         to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
-        if running and to_send and self._refill_due() and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
+        refill = running and self._refill_due()
+        if to_send and refill and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
             got: int | None = await self._flush_and_refill()
         else:
-            await self._flush()
+            if refill or not running or self._flush_due():
+                await self._flush()
             if not self.crawler.engine.running:
                 # The engine is stopping (SIGINT/SIGTERM): give back at once what was not started,
                 # rather than once the requests in flight are done.
                 await self._give_back_unstarted()
                 return
-            got = await self._refill() if self._refill_due() else None
+            got = await self._refill() if refill else None
         if got is not None:
             due = self.frontier.next_due_in
             if got:
@@ -495,6 +543,8 @@ class FrontierLoop:
                 [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
             )
             samples = self._take_samples() if last else None
+            if entries or acks or failed or samples:
+                self.stats.inc_value("frontier/calls/push")
             added = await self.frontier.push(entries, acks, failed, duplicates, samples)
             self._pushed(entries, acks, failed, added, duplicates)
 
@@ -503,6 +553,7 @@ class FrontierLoop:
     ) -> None:
         """What a push call that returned ``added`` sent is no longer to send; counted."""
         to_ack, to_fail = self.leases.to_ack, self.leases.to_fail
+        self._next_flush = time.monotonic() + _FLUSH_HOLD
         if self.frontier.wait_short > self._wait_short_seen:
             if not self._wait_short_seen:
                 logger.warning(
@@ -527,6 +578,7 @@ class FrontierLoop:
 
     async def _refill(self) -> int:
         want = self.config.prefetch - len(self._local)
+        self.stats.inc_value("frontier/calls/lease")
         leases = await self.frontier.lease(want)
         if not leases and await self._feed_start_urls():
             await self._flush()
@@ -542,6 +594,7 @@ class FrontierLoop:
         duplicates: list[Any] | None = (
             [] if entries and (self.config.dupefilter_debug or self._log_duplicates) else None
         )
+        self.stats.inc_value("frontier/calls/push_lease")
         added, leases = await self.frontier.push_lease(entries, acks, failed, duplicates, want, self._take_samples())
         # each call's outcome is kept whatever the other's: leases taken are this worker's to
         # crawl, a push made is not to be made again
@@ -564,12 +617,10 @@ class FrontierLoop:
 
     def _take(self, leases: list[Lease]) -> int:
         """Queue locally the requests of ``leases`` (an unreadable one goes to the dead
-        letters), those with a send booked in the order of their send times, after the others
-        (their time in meta, :data:`~scrapy_frontier.politeness.SEND_AT_META`); learn the seen
+        letters), a request with a send booked for later held until then (:class:`SendBuffer`;
+        its time in meta, :data:`~scrapy_frontier.politeness.SEND_AT_META`); learn the seen
         feed's news. Returns how many leases."""
         now = time.monotonic()
-        if any(lease.send_in > 0 for lease in leases):
-            leases = sorted(leases, key=lambda lease: lease.send_in)
         for lease in leases:
             try:
                 request = request_from_json(lease.payload, self.spider)
@@ -585,7 +636,7 @@ class FrontierLoop:
                         self._pace.clear()
                     self._pace[lease_host(lease.field).decode()] = (lease.interval, lease.strict)
             self.leases.take(lease, request)
-            self._local.append(request)
+            self._local.append(request, now + lease.send_in if lease.send_in > 0 else None)
         self.stats.inc_value("frontier/leased", len(leases))
         if self.frontier.fed:
             packed = self.dedup.layout == "packed"
@@ -728,6 +779,8 @@ class FrontierLoop:
     async def close(self, reason: str) -> None:
         self._stopping = True
         self._wakeup.set()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
         if self._task is not None:
             await self._task
         await asyncio.to_thread(self.heartbeat.stop)
