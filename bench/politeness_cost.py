@@ -8,7 +8,9 @@ with AutoThrottle for the whole crawl, and with ``DOMAIN_RATE_LIMIT`` and AutoTh
 Prints, per kind, the median of the rounds: pages/s, Redis CPU per page (µs, ``INFO cpu``, less
 Redis's own idle work over the run: a rate-limited crawl runs longer) and Redis commands per page
 (``INFO commandstats``), and each kind's CPU per page against the first kind's (the target: at
-most 1.5 with a rate and AutoThrottle). Writes bench/out/politeness_cost.json.
+most 1.5 with a rate and AutoThrottle); each run also prints the workers' frontier calls and
+politeness counts per page (``frontier/calls/*``, ``politeness/*`` stats: a round trip is a
+wake-up of Redis, which costs it more than most scripts). Writes bench/out/politeness_cost.json.
 
 ``--callgrind`` runs each kind once against a Redis under valgrind's callgrind
 (:class:`bench.redis_cpu.CallgrindRedis`) and prints the instructions Redis executed per page, net
@@ -120,8 +122,16 @@ def main() -> None:
         "runs": runs,
         "redis_cpu_us_per_page": median,
         "against_no_politeness": {name: round(v / base, 2) for name, v in median.items()},
-        "pages_per_s": {name: statistics.median(r["pages_per_s"] for r in rs) for name, rs in runs.items()},
-        "commands_per_page": {name: statistics.median(commands_per_page(r) for r in rs) for name, rs in runs.items()},
+        "pages_per_s": {name: round(statistics.median(r["pages_per_s"] for r in rs), 1) for name, rs in runs.items()},
+        "commands_per_page": {
+            name: round(statistics.median(commands_per_page(r) for r in rs), 2) for name, rs in runs.items()
+        },
+        "calls_per_page": {
+            name: {
+                k: round(statistics.median(r["calls"].get(k, 0) / r["pages"] for r in rs), 4) for k in rs[0]["calls"]
+            }
+            for name, rs in runs.items()
+        },
     }
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "politeness_cost.json").write_text(json.dumps(result, indent=1) + "\n")

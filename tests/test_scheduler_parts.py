@@ -1,4 +1,4 @@
-"""The scheduler's parts in-process, against real Redis: its config, the join, the local seen cache."""
+"""The scheduler's parts in-process, against real Redis: its config, the join, the local seen cache, the send buffer."""
 
 import asyncio
 import logging
@@ -11,6 +11,7 @@ from scrapy_frontier.addon import DistributedAddon
 from scrapy_frontier.config import failed_at_open
 from scrapy_frontier.dupefilter import fingerprint_int64
 from scrapy_frontier.redis_health import RedisHealth
+from scrapy_frontier.scheduler.buffer import SendBuffer
 from scrapy_frontier.scheduler.config import SchedulerConfig
 from scrapy_frontier.scheduler.join import NodeHooks, join
 from scrapy_frontier.scheduler.seen_cache import SeenCache
@@ -204,3 +205,24 @@ def test_seen_cache_is_emptied_when_scrapy_forget_ran():
     cache.add(1)
     assert not cache.forgets_seen(b"0") and 1 in cache
     assert cache.forgets_seen(b"1") and 1 not in cache
+
+
+def test_send_buffer_holds_a_request_booked_for_later_until_its_time():
+    buffer = SendBuffer()
+    buffer.append("free-1", None, now=10.0)
+    buffer.append("at-12", 12.0, now=10.0)
+    buffer.append("at-11", 11.0, now=10.0)
+    buffer.append("due", 9.5, now=10.0)  # booked for now: before the requests with no booking
+    buffer.append("free-2", None, now=10.0)
+    assert len(buffer) == 5 and buffer.counted == 5 and buffer.next_send() == 11.0
+    assert [buffer.pop(10.0), buffer.pop(10.0), buffer.pop(10.0), buffer.pop(10.0)] == ["due", "free-1", "free-2", None]
+    assert buffer.pop(11.5) == "at-11" and buffer.pop(11.5) is None
+    assert sorted(buffer) == ["at-12"] and buffer.pop(12.0) == "at-12" and buffer.next_send() is None
+    # booked by AutoThrottle alone: not counted against the prefetch until its time comes
+    buffer.append("paced-13", 13.0, now=12.0, strict=False)
+    buffer.append("at-14", 14.0, now=12.0)
+    assert len(buffer) == 2 and buffer.counted == 1
+    assert buffer.pop(13.0) == "paced-13" and buffer.counted == 1
+    buffer.append("paced-15", 15.0, now=13.0, strict=False)
+    buffer.clear()
+    assert len(buffer) == 0 and buffer.counted == 0 and buffer.pop(16.0) is None

@@ -57,7 +57,7 @@ _PACES_KEPT = 100_000
 #: Requests one push call sends at most.
 _PUSH_BATCH = 1000
 #: Seconds at most that what a worker buffers for Redis (links, acknowledgements, latencies) waits
-#: for a refill's call to ride on (Scheduler._flush_due).
+#: for a refill's call to ride on (FrontierLoop._flush_due).
 _FLUSH_HOLD = 1.0
 #: Seconds between two checks that Redis holds no lease this worker does not know of.
 _RECONCILE_INTERVAL = 30.0
@@ -323,7 +323,7 @@ class FrontierLoop:
             self._log_duplicates = False
 
     def next_request(self) -> Request | None:
-        if len(self._local) <= self.config.prefetch // 2:
+        if self._low():
             self._wakeup.set()
         request = self._local.pop(time.monotonic())
         if request is None:
@@ -383,16 +383,26 @@ class FrontierLoop:
 
     def _tick(self) -> float:
         now = time.monotonic()
-        wait = 1.0 if len(self._local) > self.config.prefetch // 2 else min(self._next_poll - now, 1.0)
+        wait = min(self._next_poll - now, 1.0) if self._low() else 1.0
         if self._to_push or self.leases.to_ack or self.leases.to_fail:
             wait = min(wait, self._next_flush - now)
         return max(0.0, wait)
 
+    def _room(self) -> int:
+        """How many requests a lease takes: up to ``FRONTIER_PREFETCH`` buffered that count
+        (:attr:`SendBuffer.counted`), and twice as many in all."""
+        prefetch = self.config.prefetch
+        return min(prefetch - self._local.counted, 2 * prefetch - len(self._local))
+
+    def _low(self) -> bool:
+        """Whether the buffer is low enough to lease: room for half ``FRONTIER_PREFETCH``."""
+        return self._room() >= self.config.prefetch - self.config.prefetch // 2
+
     def _refill_due(self) -> bool:
-        """Whether to lease now: the buffer is half empty, and the next poll is due or the
+        """Whether to lease now: the buffer is low (:meth:`_low`), and the next poll is due or the
         buffered push would make it due (:meth:`_pushed`: links queued, or a lease of a host its
         concurrency cap parked acknowledged), which then rides on the same round trip."""
-        if len(self._local) > self.config.prefetch // 2:
+        if not self._low():
             return False
         return (
             time.monotonic() >= self._next_poll
@@ -577,7 +587,7 @@ class FrontierLoop:
                 self._next_poll = 0.0
 
     async def _refill(self) -> int:
-        want = self.config.prefetch - len(self._local)
+        want = self._room()
         self.stats.inc_value("frontier/calls/lease")
         leases = await self.frontier.lease(want)
         if not leases and await self._feed_start_urls():
@@ -588,7 +598,7 @@ class FrontierLoop:
     async def _flush_and_refill(self) -> int:
         """:meth:`_flush` and :meth:`_refill` in one round trip (Frontier.push_lease, for an
         unsharded frontier and at most one push batch). Returns the requests leased."""
-        want = self.config.prefetch - len(self._local)
+        want = self._room()
         await self._send_schedule()
         entries, acks, failed = self._to_push[:], self.leases.to_ack[:], self.leases.to_fail[:]
         duplicates: list[Any] | None = (
@@ -636,7 +646,7 @@ class FrontierLoop:
                         self._pace.clear()
                     self._pace[lease_host(lease.field).decode()] = (lease.interval, lease.strict)
             self.leases.take(lease, request)
-            self._local.append(request, now + lease.send_in if lease.send_in > 0 else None)
+            self._local.append(request, now + lease.send_in if lease.send_in >= 0 else None, now, lease.strict)
         self.stats.inc_value("frontier/leased", len(leases))
         if self.frontier.fed:
             packed = self.dedup.layout == "packed"
