@@ -241,8 +241,9 @@ def scheduled_pages(redis_client) -> set[str]:
 def test_a_worker_killed_every_four_seconds_loses_no_scheduled_page(
     changing_site, start_worker, redis_url, redis_client, mysql_url
 ):
-    """Two workers, one SIGKILLed every 4 s and started again, for 40 s: every page is revisited
-    and, once the workers are stopped, every page is still scheduled (or queued)."""
+    """Two workers, one SIGKILLed 4 s after it joined and started again, 9 times (about 40 s):
+    every page is revisited and, once the workers are stopped, every page is still scheduled (or
+    queued)."""
     site = changing_site("127.0.0.33")
     settings = {**REVISITS, "FRONTIER_HEARTBEAT_INTERVAL": "1", "FRONTIER_NODE_TIMEOUT": "3"}
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
@@ -250,14 +251,12 @@ def test_a_worker_killed_every_four_seconds_loses_no_scheduled_page(
     for w in workers:
         w.wait_for("Joined the crawl")
     redis_client.lpush("site:start_urls", f"{site.url}/")
-    kills = 0
+    kills = 9  # a count, not a duration: a loaded machine starts a worker more slowly
     victim = workers[1]
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline:
+    for _ in range(kills):
         time.sleep(4)
         victim.proc.kill()
         victim.proc.wait()
-        kills += 1
         victim = start_worker(settings=settings, env=env)
         workers.append(victim)
         victim.wait_for("Joined the crawl")
@@ -270,7 +269,6 @@ def test_a_worker_killed_every_four_seconds_loses_no_scheduled_page(
     held = scheduled_pages(redis_client)
     figures = {"kills": kills, "fetches": fetches, "pages_held": len(held)}
     print("FIGURES", json.dumps(figures))
-    assert kills >= 8
     assert held == {"/"} | {f"/p/{n}" for n in range(24)}, figures
     assert all(fetches.get(f"/p/{n}", 0) >= 3 for n in range(24)), figures
 
