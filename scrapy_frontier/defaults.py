@@ -177,7 +177,10 @@ GROUPS: dict[str, tuple[Setting, ...]] = {
             int,
             minimum=0,
             default_doc="`CONCURRENT_REQUESTS`",
-            doc="requests a worker takes per batch (and holds at most, beyond those in flight)",
+            doc=(
+                "requests a worker takes per batch (and holds at most, beyond those in flight; not counting "
+                "those waiting for a send time AutoThrottle alone set, up to twice as many in all)"
+            ),
         ),
         Setting(
             "FRONTIER_SHARDS",
