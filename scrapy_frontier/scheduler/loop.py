@@ -384,9 +384,13 @@ class FrontierLoop:
     def _tick(self) -> float:
         now = time.monotonic()
         wait = min(self._next_poll - now, 1.0) if self._low() else 1.0
-        if self._to_push or self.leases.to_ack or self.leases.to_fail:
+        if self._to_send():
             wait = min(wait, self._next_flush - now)
         return max(0.0, wait)
+
+    def _to_send(self) -> bool:
+        """Whether links, acknowledgements or dead letters wait to be sent to Redis."""
+        return bool(self._to_push or self.leases.to_ack or self.leases.to_fail)
 
     def _room(self) -> int:
         """How many requests a lease takes: up to ``FRONTIER_PREFETCH`` buffered that count
@@ -437,7 +441,7 @@ class FrontierLoop:
             )
         await self._queue_due()
         running = self.crawler.engine.running
-        to_send = self._to_push or self.leases.to_ack or self.leases.to_fail
+        to_send = self._to_send()
         refill = running and self._refill_due()
         if to_send and refill and self.frontier.one_call and len(self._to_push) <= _PUSH_BATCH:
             got: int | None = await self._flush_and_refill()
