@@ -31,6 +31,7 @@ collector left in the settings is replaced, with one log line, since the two can
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
@@ -43,6 +44,7 @@ from scrapy.utils.misc import load_object
 from scrapy_frontier import scrapy_redis_settings
 from scrapy_frontier.config import check_scrapy_settings, check_settings, setting_or_env
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
+from scrapy_frontier.scrapy_compat import set_in_component_priority_dict
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -54,6 +56,7 @@ SCHEDULER = "scrapy_frontier.scheduler.FrontierScheduler"
 #: The frontier does the dedup, in Redis; Scrapy's dupefilter would only see this worker's requests.
 DUPEFILTER = "scrapy.dupefilters.BaseDupeFilter"
 LOG_FORMATTER = "scrapy_frontier.observability.logformatter.LogFormatter"
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 
 #: ``(setting, built-in it replaces or None, component, priority when the built-in is absent)``.
 COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
@@ -98,8 +101,13 @@ _SCRAPY_REDIS = ("scrapy_redis.",)
 def _entry(settings: BaseSettings, name: str, cls: type | str) -> tuple[bool, Any]:
     """Whether the component dictionary ``name`` (with its ``_BASE``) lists ``cls``, and its value."""
     target = load_object(cls) if isinstance(cls, str) else cls
+    path = f"{target.__module__}.{target.__qualname__}"
     for source in (settings.getdict(name), settings.getdict(f"{name}_BASE")):
         for key, value in source.items():
+            if isinstance(key, str) and key != path and key.rpartition(".")[0] not in sys.modules:
+                # not imported here: a component in a module of its own may import the reactor
+                # (the telnet console does), which must wait for Scrapy to install the asyncio one
+                continue
             try:
                 if (load_object(key) if isinstance(key, str) else key) is target:
                     return True, value
@@ -118,8 +126,8 @@ def _install(settings: BaseSettings, name: str, builtin: type | None, component:
             return  # the project disabled the built-in: nothing replaces it
         if listed:
             priority = position
-        settings.set_in_component_priority_dict(name, builtin, None)
-    settings.set_in_component_priority_dict(name, load_object(component), priority)
+        set_in_component_priority_dict(settings, name, builtin, None)
+    set_in_component_priority_dict(settings, name, load_object(component), priority)
 
 
 def _flag(settings: BaseSettings, name: str) -> bool:
@@ -173,6 +181,9 @@ class DistributedAddon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         check_scrapy_settings(settings, self.crawler)
+        if (settings.getpriority("TWISTED_REACTOR") or 0) <= 0:
+            # Scrapy's default from 2.13; the Redis client and the storage thread need it on 2.11 and 2.12 too
+            settings.set("TWISTED_REACTOR", ASYNCIO_REACTOR, "addon")
         for name, default in SETTINGS.items():
             settings.setdefault(name, default, "default")
         for name in FROM_ENVIRONMENT:
@@ -204,4 +215,4 @@ class DistributedAddon:
             if settings.getbool("AUTOTHROTTLE_ENABLED"):
                 # AutoThrottle runs for the whole crawl (scrapy_frontier.politeness.SharedAutoThrottle):
                 # Scrapy's, one per process, would hold each worker's sends back again, past their booking
-                settings.set_in_component_priority_dict("EXTENSIONS", AutoThrottle, None)
+                set_in_component_priority_dict(settings, "EXTENSIONS", AutoThrottle, None)

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from itemadapter import ItemAdapter
-from scrapy.utils.asyncio import run_in_thread
 
+from scrapy_frontier.scrapy_compat import run_in_thread
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:

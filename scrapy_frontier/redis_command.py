@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import redis
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 
 from scrapy_frontier.connection import (
     REDIS_FAILURES,
@@ -25,6 +24,7 @@ from scrapy_frontier.connection import (
     sync_redis,
 )
 from scrapy_frontier.keys import Keys, crawl_id_error
+from scrapy_frontier.scrapy_compat import get_spider_loader
 
 if TYPE_CHECKING:
     import argparse

@@ -29,7 +29,7 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
     its items went through every item pipeline. ``result`` is the Response or the Failure.
 
     Scrapy has no signal for that moment; ``Scraper.enqueue_scrape(result, request)`` returns
-    the Deferred that fires exactly then (Scrapy 2.13-2.19, ``scrapy/core/scraper.py``), so it is
+    the Deferred that fires exactly then (Scrapy 2.11-2.19, ``scrapy/core/scraper.py``), so it is
     wrapped on this crawler's scraper instance. Raises :class:`ScrapyChanged` when it is gone.
     """
     scraper = getattr(crawler.engine, "scraper", None)
@@ -40,8 +40,9 @@ def after_scrape(crawler: Crawler, callback: Callable[[Any, Any, Request], Any])
             f"{CHECKED_WITH})"
         )
 
-    def wrapped(result: Any, request: Request) -> Any:
-        d = enqueue_scrape(result, request)
+    def wrapped(result: Any, request: Request, *args: Any) -> Any:
+        # Scrapy < 2.13 passes the spider too
+        d = enqueue_scrape(result, request, *args)
         d.addBoth(callback, result, request)
         return d
 
@@ -57,7 +58,7 @@ def after_downloader_request(crawler: Crawler, callback: Callable[[Request, Requ
     done then.
 
     ``ExecutionEngine._handle_downloader_output(result, request)`` calls ``self.crawl(result)``
-    synchronously for a Request result (Scrapy 2.13-2.19, ``scrapy/core/engine.py``), so it is
+    synchronously for a Request result (Scrapy 2.11-2.19, ``scrapy/core/engine.py``), so it is
     wrapped on this crawler's engine instance. Raises :class:`ScrapyChanged` when it is gone.
     """
     from scrapy import Request
@@ -82,8 +83,9 @@ def after_downloader_request(crawler: Crawler, callback: Callable[[Request, Requ
 def wake_engine(crawler: Crawler) -> None:
     """Ask the engine to call the scheduler's ``next_request()`` now, rather than at its next
     5-second heartbeat: requests arrived from Redis. ``ExecutionEngine._slot.nextcall`` is a
-    ``CallLaterOnce`` (Scrapy 2.13-2.19, ``scrapy/core/engine.py``). Does nothing while the
+    ``CallLaterOnce`` (Scrapy 2.11-2.19, ``scrapy/core/engine.py``). Does nothing while the
     engine has no slot (not yet open, or closing)."""
-    slot = getattr(crawler.engine, "_slot", None)
+    # ``slot`` before Scrapy 2.13
+    slot = getattr(crawler.engine, "_slot", None) or getattr(crawler.engine, "slot", None)
     if slot is not None:
         slot.nextcall.schedule()

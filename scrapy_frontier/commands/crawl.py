@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.commands.crawl import Command as ScrapyCrawlCommand
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 
 from scrapy_frontier.config import CONFIG_ERROR, STATE_LOST, failed_at_open
 from scrapy_frontier.observability import logjson
+from scrapy_frontier.scrapy_compat import get_spider_loader
 from scrapy_frontier.scrapy_redis_settings import redis_key_problem
 
 if TYPE_CHECKING:

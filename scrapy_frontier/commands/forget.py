@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Spider
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import build_from_crawler, load_object
+from scrapy.utils.misc import load_object
 
 from scrapy_frontier.adopt import crawl_fingerprinter
 from scrapy_frontier.config import read_value
@@ -29,6 +28,7 @@ from scrapy_frontier.dupefilter import (
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.revisit import supersede
+from scrapy_frontier.scrapy_compat import build_from_crawler, get_spider_loader
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 

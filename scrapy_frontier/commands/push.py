@@ -9,7 +9,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import UsageError
-from scrapy.spiderloader import get_spider_loader
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_frontier.commands.forget import crawl_request_fingerprinter
@@ -18,6 +17,7 @@ from scrapy_frontier.connection import text
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.redis_command import RedisCommand
 from scrapy_frontier.revisit import supersede
+from scrapy_frontier.scrapy_compat import get_spider_loader
 from scrapy_frontier.serialize import RequestRefused, parse_start_payload
 from scrapy_frontier.wording import payload_text, plural, shown_payload
 

@@ -32,6 +32,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_frontier.config import read_setting
 from scrapy_frontier.connection import describe_error, optional_shared_redis, stop_listener
 from scrapy_frontier.keys import keys_of
+from scrapy_frontier.scrapy_compat import spider_required
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,6 +128,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedCookiesMiddleware:
         mw = super().from_crawler(crawler)
+        mw.crawler = crawler  # Scrapy sets it from 2.13
         mw.shared = bool(crawler.settings.get("REDIS_URL")) and bool(read_setting(crawler, "COOKIES_SHARED"))
         mw.stats = crawler.stats
         if mw.shared:
@@ -225,7 +227,7 @@ class SharedCookiesMiddleware(CookiesMiddleware):
             self.warned.add(kind)
             logger.warning(message + " (further ones: not logged)", *args)
 
-    async def process_request(self, request: Request) -> None:  # type: ignore[override]
+    async def process_request(self, request: Request, spider: Any = None) -> None:  # type: ignore[override]
         if self.shared and self.redis is None:
             try:
                 await self._ready()  # the other workers' cookies, before the first request goes
@@ -233,16 +235,16 @@ class SharedCookiesMiddleware(CookiesMiddleware):
                 self._count("cookies/errors")
                 logger.debug("Shared cookies unavailable (%s)", describe_error(exc))
         if not self.shared or not request.cookies or request.meta.get("dont_merge_cookies", False):
-            super().process_request(request)
+            spider_required(super().process_request, self.crawler)(request)
             return
-        await self._changing(request, lambda: super(SharedCookiesMiddleware, self).process_request(request))
+        scrapys = spider_required(super().process_request, self.crawler)
+        await self._changing(request, lambda: scrapys(request))
 
-    async def process_response(self, request: Request, response: Response) -> Response:  # type: ignore[override]
+    async def process_response(self, request: Request, response: Response, spider: Any = None) -> Response:  # type: ignore[override]
         if not self.shared or not response.headers.getlist(b"Set-Cookie"):
-            return super().process_response(request, response)  # type: ignore[return-value]
-        return await self._changing(
-            request, lambda: super(SharedCookiesMiddleware, self).process_response(request, response)
-        )
+            return spider_required(super().process_response, self.crawler)(request, response)
+        scrapys = spider_required(super().process_response, self.crawler)
+        return await self._changing(request, lambda: scrapys(request, response))
 
     async def _changing(self, request: Request, change: Callable[[], Any]) -> Any:
         """Run ``change()`` (Scrapy's handling of ``request`` or its response), share what it

@@ -209,7 +209,7 @@ class SharedPolitenessMiddleware:
             self._bad_rates = bad
         return self.politeness
 
-    async def process_request(self, request: Request) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> None:
         """Wait for the send time booked when ``request`` was leased, then for room in its download
         slot (:class:`SendGate`); book a new send time when it is too late for its booking
         (:func:`~scrapy_frontier.politeness.send_tolerance`, a rate other than AutoThrottle's) or
@@ -259,10 +259,10 @@ class SharedPolitenessMiddleware:
         self.stats.inc_value("politeness/wait_seconds", wait)  # type: ignore[arg-type]
         await asyncio.sleep(wait)
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> None:
         self.gate.leave(request)
 
-    async def process_response(self, request: Request, response: Response) -> Any:
+    async def process_response(self, request: Request, response: Response, spider: Any = None) -> Any:
         self.gate.leave(request)
         host = queue_host(urlparse_cached(request).hostname)
         politeness = self.politeness

@@ -15,7 +15,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
-from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.downloadermiddlewares.retry import RetryMiddleware, get_retry_request
 from scrapy.utils.response import response_status_message
 
 from scrapy_frontier.config import read_setting
@@ -77,7 +77,22 @@ class BackoffRetryMiddleware(RetryMiddleware):
     def from_crawler(cls, crawler: Crawler) -> BackoffRetryMiddleware:
         return cls(crawler)
 
-    async def process_request(self, request: Request) -> None:
+    def _retry(self, request: Request, reason: str | Exception | type[Exception]) -> Request | None:
+        """Scrapy's ``get_retry_request`` with this middleware's settings (``RetryMiddleware._retry``
+        takes the spider before Scrapy 2.13; ``give_up_log_level`` exists from 2.13)."""
+        extra = {}
+        if hasattr(self, "give_up_log_level"):
+            extra["give_up_log_level"] = request.meta.get("give_up_log_level", self.give_up_log_level)
+        return get_retry_request(
+            request,
+            spider=self.crawler.spider,  # type: ignore[arg-type]
+            reason=reason,
+            max_retry_times=request.meta.get("max_retry_times", self.max_retry_times),
+            priority_adjust=request.meta.get("priority_adjust", self.priority_adjust),
+            **extra,
+        )
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
         not_before = request.meta.get(NOT_BEFORE_META)
         if not_before:
             wait = float(not_before) - self.clock.time()

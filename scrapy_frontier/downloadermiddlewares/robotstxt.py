@@ -27,7 +27,6 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Request, Response
 from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.httpobj import urlparse_cached
-from scrapy.utils.misc import build_from_crawler
 from twisted.internet.defer import Deferred
 
 from scrapy_frontier.config import read_setting
@@ -37,6 +36,7 @@ from scrapy_frontier.keys import keys_of, queue_host
 from scrapy_frontier.politeness import Politeness
 from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.scheduler.leases import RETRY_DONT_FILTER_META
+from scrapy_frontier.scrapy_compat import build_from_crawler, download, robots_parser, spider_required
 from scrapy_frontier.signals import host_limited
 
 if TYPE_CHECKING:
@@ -102,6 +102,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
+        self._stats = crawler.stats  # Scrapy's own from 2.19
         self.ttl = read_setting(crawler, "ROBOTSTXT_CACHE_TTL")
         self.schedule = RetrySchedule(
             first=read_setting(crawler, "ROBOTSTXT_RETRY_DELAY"),
@@ -119,7 +120,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         if not self._is_held(netloc):
             parser = await self.robot_parser(request)
             if not self._is_held(netloc):
-                self.process_request_2(parser, request)
+                spider_required(self.process_request_2, self.crawler)(parser, request)
                 return None
         # robots.txt unreachable: the page goes back to the frontier, where the host is paused
         self._stats.inc_value("robotstxt/held_back")
@@ -145,7 +146,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         client = optional_shared_redis(self.crawler)
         netloc = urlparse_cached(request).netloc
         if client is None or netloc in self._parsers:
-            return await super().robot_parser(request)
+            return await robots_parser(self, request)
         waiting: Deferred[RobotParser | None] = Deferred()
         self._parsers[netloc] = waiting
         try:
@@ -156,7 +157,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
                     "Shared robots.txt cache unavailable for %s (%s); fetching it here", netloc, describe_error(exc)
                 )
             del self._parsers[netloc]
-            parser = await super().robot_parser(request)
+            parser = await robots_parser(self, request)
             if not waiting.called:
                 waiting.callback(parser)
             return parser
@@ -194,7 +195,7 @@ class SharedRobotsTxtMiddleware(RobotsTxtMiddleware):
         )
         self._stats.inc_value("robotstxt/request_count")
         try:
-            response: Response = await self.crawler.engine.download_async(robots)
+            response: Response = await download(self.crawler, robots)
         except IgnoreRequest as exc:  # a downloader middleware's choice, or too many redirects (2.3.1.2)
             logger.warning("Could not fetch %s (%s): no robots.txt rules for this host", robots.url, exc)
             await client.delete(key + ":lock")

@@ -86,8 +86,16 @@ class ClusterLogStats(LogStats):
         if client is None:
             super().log(spider)
             return
-        self.calculate_stats()
-        local = {"pages": self.pages, "pagerate": self.prate, "items": self.items, "itemrate": self.irate}
+        # LogStats.calculate_stats, which Scrapy 2.11 does not have
+        items = self.stats.get_value("item_scraped_count", 0)
+        pages = self.stats.get_value("response_received_count", 0)
+        local = {
+            "pages": pages,
+            "pagerate": (pages - self.pagesprev) * self.multiplier,
+            "items": items,
+            "itemrate": (items - self.itemsprev) * self.multiplier,
+        }
+        self.pagesprev, self.itemsprev = pages, items
         task = asyncio.get_running_loop().create_task(self._log_cluster(client, spider, local))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -19,6 +19,7 @@ from scrapy_frontier.connection import describe_error, optional_shared_redis
 from scrapy_frontier.keys import hash_tag, keys_of
 from scrapy_frontier.redis_health import redis_health
 from scrapy_frontier.schema import content_hash_of, document_of, item_values, schema_of
+from scrapy_frontier.scrapy_compat import pipeline_hook
 from scrapy_frontier.scripts import source
 from scrapy_frontier.signals import item_unchanged, items_stored
 from scrapy_frontier.storage.backends import storage_target
@@ -151,6 +152,7 @@ class RedisCachePipeline:
     def from_crawler(cls, crawler: Crawler) -> RedisCachePipeline:
         return cls(crawler)
 
+    @pipeline_hook
     async def open_spider(self) -> None:
         self.keys = keys_of(self.crawler)
         self.redis = optional_shared_redis(self.crawler)
@@ -224,7 +226,7 @@ class RedisCachePipeline:
                 self._marks_failing = False
                 logger.warning("Marking items as stored in the Redis cache works again")
 
-    async def process_item(self, item: Any) -> Any:
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
         key_hash = self._key(item) if self._put is not None else None
         if key_hash is None:
             return item
@@ -259,6 +261,7 @@ class RedisCachePipeline:
                 done.set_result(None)
         self._settling = waiting
 
+    @pipeline_hook
     async def close_spider(self) -> None:
         await self.settled()
 

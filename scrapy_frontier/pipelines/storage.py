@@ -54,6 +54,7 @@ from scrapy_frontier.schema import (
     to_row,
     type_name,
 )
+from scrapy_frontier.scrapy_compat import get_item_pipeline, pipeline_hook, send_signal
 from scrapy_frontier.signals import item_unchanged, items_stored
 from scrapy_frontier.storage.backends import ConnectionLost, backend_for
 from scrapy_frontier.storage.item_types import declared_item_types
@@ -131,6 +132,7 @@ class StoragePipeline:
     async def _in_thread(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    @pipeline_hook
     async def open_spider(self) -> None:
         self.keys = keys_of(self.crawler)
         redis = optional_shared_redis(self.crawler)
@@ -165,7 +167,7 @@ class StoragePipeline:
     def _find_cache(self) -> RedisCachePipeline | None:
         """The Redis cache pipeline among this crawl's item pipelines, if it runs."""
         try:
-            return self.crawler.get_item_pipeline(RedisCachePipeline)
+            return get_item_pipeline(self.crawler, RedisCachePipeline)
         except RuntimeError:  # no engine: the pipeline used on its own
             return None
 
@@ -217,7 +219,7 @@ class StoragePipeline:
             await self._in_thread(self.backend.ensure_table, schema)
             self._tables.add(schema.table)
 
-    async def process_item(self, item: Any) -> Any:
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
         try:
             schema = schema_of(item)
         except (
@@ -356,7 +358,7 @@ class StoragePipeline:
             # After the items are released: they are committed, and the cache's stored-hash
             # marks (a Redis round trip) need not hold their responses. Still under the lock,
             # so marks are made in commit order; a mark lost in a crash only costs a rewrite.
-            await self.crawler.signals.send_catch_log_async(items_stored, items=stored)
+            await send_signal(self.crawler, items_stored, items=stored)
             await self.dead.push(self.keys.items_invalid, bad)
 
     async def _write_rows(
@@ -415,6 +417,7 @@ class StoragePipeline:
             record["item"] = json.loads(row[-1])
         return record
 
+    @pipeline_hook
     async def close_spider(self) -> None:
         while self._batch:
             await self._flush()

@@ -13,6 +13,7 @@ from scrapy_frontier.deadletter import DeadLetters, item_record
 from scrapy_frontier.keys import Keys
 from scrapy_frontier.observability.logformatter import item_label
 from scrapy_frontier.schema import SchemaError, ValidationError, validate
+from scrapy_frontier.scrapy_compat import pipeline_hook
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -54,6 +55,7 @@ class ValidationPipeline:
     def from_crawler(cls, crawler: Crawler) -> ValidationPipeline:
         return cls(crawler)
 
+    @pipeline_hook
     async def open_spider(self) -> None:
         spider = self.crawler.spider
         assert spider is not None  # called with the spider open
@@ -61,7 +63,7 @@ class ValidationPipeline:
         redis = optional_shared_redis(self.crawler)
         self.dead = DeadLetters(redis, self.crawler.settings.get("DEAD_LETTER_DIR", "."))
 
-    async def process_item(self, item: Any) -> Any:
+    async def process_item(self, item: Any, spider: Any = None) -> Any:
         try:
             truncated = validate(item)
         except (ValidationError, SchemaError) as exc:

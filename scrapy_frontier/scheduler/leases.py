@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
+from scrapy.exceptions import IgnoreRequest
 from twisted.python.failure import Failure
+
+from scrapy_frontier.scrapy_compat import DOWNLOAD_CANCELLED
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -171,7 +173,7 @@ class LeaseBook:
         if failed is None and isinstance(result, Failure) and result.check(IgnoreRequest):
             self._ignored(result, request)
         elif failed is None and isinstance(result, Failure):
-            if result.check(DownloadCancelledError):
+            if result.check(*DOWNLOAD_CANCELLED):
                 failed = self._cancelled(result, request)
             else:
                 failed = failure_record("download_error", result)

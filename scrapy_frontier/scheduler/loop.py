@@ -38,6 +38,7 @@ from scrapy_frontier.revisit import REVISIT_IN_META, REVISIT_META, STATE_MARK, a
 from scrapy_frontier.scheduler.buffer import SendBuffer
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
+from scrapy_frontier.scrapy_compat import close_spider
 from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
 from scrapy_frontier.wording import plural
 
@@ -731,7 +732,7 @@ class FrontierLoop:
             plural(self.stats.get_value("response_received_count", 0), "page"),
             plural(self.stats.get_value("item_scraped_count", 0), "item"),
         )
-        self._loop.create_task(self.crawler.engine.close_spider_async(reason=STATE_LOST))
+        self._loop.create_task(close_spider(self.crawler, STATE_LOST))
 
     async def _epoch_gone(self) -> bool:
         """Whether the crawl's epoch is gone from Redis, from the meta or from a shard (one round
