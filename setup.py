@@ -5,15 +5,15 @@ scrapyd reads, and nothing else; a pip install never ships a package named ``cra
 built in ``build/egg``, since setuptools packs whatever its build tree holds and an egg's
 ``crawler/`` left in ``build/lib`` would go into the next wheel of this checkout.
 
-``scrapy crawl`` is this library's (``scrapy_frontier.commands.crawl``: exit status 2 when a
-setting stops the crawl at start) in every project where the package is installed."""
+The ``scrapy`` commands it adds (``status``, ``push``, ``requeue``, ``replay``, ``forget``) are
+available in every project of the environment; it replaces none of Scrapy's own."""
 
 import sys
 
 from setuptools import find_namespace_packages, setup
 
 EGG = "bdist_egg" in sys.argv
-COMMANDS = ["crawl", "status", "push", "requeue", "replay", "forget"]
+COMMANDS = ["status", "push", "requeue", "replay", "forget"]
 entry_points = {"scrapy.commands": [f"{name} = scrapy_frontier.commands.{name}:Command" for name in COMMANDS]}
 if EGG:
     entry_points["scrapy"] = ["settings = crawler.settings"]

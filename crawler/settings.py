@@ -8,9 +8,8 @@ Scrapy settings reference: https://docs.scrapy.org/en/latest/topics/settings.htm
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
-# scrapy-frontier's commands; `crawl` among them exits with status 2 when a setting stops the crawl
-# and starts JSON logs (LOG_JSON) before Scrapy's first line. In another project the add-on's
-# package registers status, push, requeue, replay and forget through the scrapy.commands entry point.
+# scrapy-frontier's commands (status, push, requeue, replay, forget); in another project the add-on's
+# package registers them through the scrapy.commands entry point.
 COMMANDS_MODULE = "scrapy_frontier.commands"
 
 # Distributed mode is on when REDIS_URL is set (here, with -s, or in the environment); items go

@@ -17,6 +17,9 @@ still win. Each part has its switch:
   in place of Scrapy's ``RobotsTxtMiddleware`` (``ROBOTSTXT_OBEY``), cookies shared by every
   worker in place of Scrapy's ``CookiesMiddleware`` (``COOKIES_SHARED``), politeness shared by
   every worker (``POLITENESS_ENABLED``);
+- spider middlewares: start requests the same on every Scrapy from 2.11
+  (:mod:`scrapy_frontier.spidermiddlewares.start`: a spider's ``start_requests()`` where Scrapy 2.16
+  and later no longer call it) and revisits (``REVISIT_INTERVAL``);
 - item pipelines: validation (``VALIDATION_ENABLED``), the Redis cache (``REDIS_CACHE_ENABLED``),
   write-through storage to MySQL or SQLite (``STORAGE_ENABLED``);
 - extensions: Prometheus metrics and JSON logs (``METRICS_ENABLED``, ``LOG_JSON``), the cluster's
@@ -34,6 +37,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
@@ -41,8 +45,15 @@ from scrapy.extensions.logstats import LogStats
 from scrapy.extensions.throttle import AutoThrottle
 from scrapy.utils.misc import load_object
 
-from scrapy_frontier import scrapy_redis_settings
-from scrapy_frontier.config import check_scrapy_settings, check_settings, setting_or_env
+from scrapy_frontier import scrapy_internals, scrapy_redis_settings
+from scrapy_frontier.config import (
+    CONFIG_ERROR,
+    STATE_LOST,
+    check_scrapy_settings,
+    check_settings,
+    failed_at_open,
+    setting_or_env,
+)
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
 from scrapy_frontier.scrapy_compat import set_in_component_priority_dict
 
@@ -87,6 +98,8 @@ COMPONENTS: tuple[tuple[str, type | None, str, int], ...] = (
     ),
     # Just outside HttpErrorMiddleware (50): it takes a revisit's 304 before that middleware logs it.
     ("SPIDER_MIDDLEWARES", None, "scrapy_frontier.revisit.RevisitMiddleware", 60),
+    # Nearest the spider: start requests the same on every Scrapy (start_requests() where 2.16+ skips it).
+    ("SPIDER_MIDDLEWARES", None, "scrapy_frontier.spidermiddlewares.start.StartRequestsMiddleware", 990),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.validation.ValidationPipeline", 100),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.cache.RedisCachePipeline", 200),
     ("ITEM_PIPELINES", None, "scrapy_frontier.pipelines.storage.StoragePipeline", 300),
@@ -174,6 +187,15 @@ class DistributedAddon:
 
     def __init__(self, crawler: Crawler | None = None) -> None:
         self.crawler = crawler
+        if crawler is not None:
+            crawler.signals.connect(self._spider_closed, signals.spider_closed, weak=False)
+
+    def _spider_closed(self, spider: Any, reason: str) -> None:
+        """A crawl a setting stopped at start, or whose state in Redis was lost, ends ``scrapy crawl``
+        with exit status 1 (the reason itself is the one error line logged before)."""
+        assert self.crawler is not None
+        if reason in (CONFIG_ERROR, STATE_LOST) or failed_at_open(self.crawler):
+            scrapy_internals.fail_the_run(self.crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DistributedAddon:

@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 _failed: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 #: ``finish_reason`` of a crawl closed because a component could not use its settings;
-#: ``scrapy crawl`` then exits with status 2.
+#: ``scrapy crawl`` then exits with status 1 (:func:`scrapy_frontier.scrapy_internals.fail_the_run`).
 CONFIG_ERROR = "config_error"
 #: ``finish_reason`` of a crawl whose state in Redis was lost (a Redis restarted without
 #: persistence); ``scrapy crawl`` then exits with status 1.
@@ -178,7 +178,7 @@ SCRAPY_CHECKED: tuple[Setting, ...] = (
 def check_scrapy_settings(settings: BaseSettings, crawler: Crawler | None) -> None:
     """Check :data:`SCRAPY_CHECKED` in ``settings`` (before Scrapy builds its engine, from the
     add-on's ``update_settings``). A bad value is reported with :func:`fail_at_open` (one line
-    naming the setting and its value; ``scrapy crawl`` exits with status 2) and, like an empty
+    naming the setting and its value; ``scrapy crawl`` exits with status 1) and, like an empty
     one, replaced by Scrapy's default at the same priority, so that the engine can be built and
     closed cleanly. Without a ``crawler`` (an add-on built by hand), raises ``ValueError``
     instead."""
@@ -207,7 +207,7 @@ def check_settings(settings: BaseSettings, crawler: Crawler | None) -> None:
     ``settings`` or, for the names that take one, the environment) against its kind and bounds,
     before any component reads it: in embedded mode, the components that read the distributed
     ones are off, and a typo would otherwise surface only once the crawl goes distributed. A bad
-    value is reported with :func:`fail_at_open` (``scrapy crawl`` exits with status 2); without a
+    value is reported with :func:`fail_at_open` (``scrapy crawl`` exits with status 1); without a
     ``crawler``, raises ``ValueError``."""
     for name in TABLE:
         try:

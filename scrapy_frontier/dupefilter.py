@@ -28,6 +28,7 @@ whole site again (rmax/scrapy-redis#272).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,15 @@ def fingerprint_int64(digest: bytes) -> int:
     """The first 64 bits of a fingerprint's bytes as a signed integer: the packed layout's member,
     and what a worker's local first look keeps of a fingerprint."""
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def start_fingerprint(digest: bytes) -> bytes:
+    """The fingerprint a ``dont_filter`` start request is deduplicated under: the SHA-1 of
+    ``b"start:"`` and its request fingerprint ``digest`` (20 bytes, as Scrapy's). Start requests
+    are fetched once per crawl however many workers yield them, and a link to the same page is
+    not filtered by them, as in plain Scrapy, where a ``dont_filter`` request never enters the
+    dupefilter."""
+    return hashlib.sha1(b"start:" + digest).digest()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a scrapy-redis setting left in a project becomes (docs/spiders.md, "scrapy-redis
 settings"): honoured, mapped onto its nearest equivalent, or refused at start in one line naming
 it and what to use instead (:func:`~scrapy_frontier.config.fail_at_open`: ``scrapy crawl``
-exits with status 2). The add-on calls :func:`adopt` from ``update_settings``, before any
+exits with status 1). The add-on calls :func:`adopt` from ``update_settings``, before any
 component reads the settings.
 
 The connection settings (``REDIS_HOST``, ``REDIS_PORT``, ``REDIS_DB``, ``REDIS_PROTOCOL``,

@@ -14,7 +14,7 @@ from scrapy_frontier.connection import ConfigError, redis_url
 from scrapy_frontier.serialize import RequestRefused, check_url
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
 
     from scrapy.crawler import Crawler
 
@@ -41,7 +41,7 @@ def checked_start_urls(spider: scrapy.Spider, example: str) -> list[str]:
     pushed URL; called when the spider is made (``from_crawler``), before any component opens.
     One error line per refused URL, or one when there is no start URL and no ``REDIS_URL`` to
     take them from (``example`` is the command line it suggests), and the crawl stops as soon as
-    it opens (:func:`~scrapy_frontier.config.fail_at_open`: ``scrapy crawl`` exits with status 2)
+    it opens (:func:`~scrapy_frontier.config.fail_at_open`: ``scrapy crawl`` exits with status 1)
     with nothing written: no database file, no key in Redis."""
     crawler = spider.crawler
     if not spider.start_urls and not _has_redis(spider):
@@ -86,6 +86,11 @@ class StartUrlSpider(scrapy.Spider):
         spider.start_urls = checked_start_urls(spider, cls.example)
         return spider
 
-    async def start(self) -> AsyncIterator[Any]:
+    def start_requests(self) -> Iterator[scrapy.Request]:
+        """The start requests on Scrapy 2.11 and 2.12, which do not call :meth:`start`."""
         for url in self.start_urls:
             yield scrapy.Request(url, callback=self.parse)
+
+    async def start(self) -> AsyncIterator[Any]:
+        for request in self.start_requests():
+            yield request

@@ -28,7 +28,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_frontier import scrapy_internals
 from scrapy_frontier.config import STATE_LOST
 from scrapy_frontier.connection import REDIS_FAILURES, describe_error
-from scrapy_frontier.dupefilter import fingerprint_int64
+from scrapy_frontier.dupefilter import fingerprint_int64, start_fingerprint
 from scrapy_frontier.frontier import Entry, Lease
 from scrapy_frontier.keys import queue_host
 from scrapy_frontier.payload import START_PREFIX, lease_host
@@ -199,14 +199,18 @@ class FrontierLoop:
             if dedup and redirects[-1:] == [url] and redirects.count(url) == 1:
                 # A page redirecting to itself (to set a cookie, say) is followed once.
                 dedup = False
-        # The spider's own start requests (Scrapy's start spider middleware marks them) have
-        # dont_filter, and every worker yields them: the crawl fetches each page once all the
-        # same, as a start request or as a link found in a page, so they are deduplicated too.
+        # The spider's own start requests (marked is_start_request) have dont_filter, and every
+        # worker yields them: each is fetched once per crawl, deduplicated among start requests
+        # only (start_fingerprint), so that a link to the same page is still followed with its
+        # own callback, as plain Scrapy follows it.
         fingerprint = ""
         digest = b""
         seen_key = 0
-        if dedup or (request.meta.get("is_start_request") and LEASE_META not in request.meta):
+        start = not dedup and request.meta.get("is_start_request") and LEASE_META not in request.meta
+        if dedup or start:
             digest = self.fingerprinter.fingerprint(request)
+            if start:
+                digest = start_fingerprint(digest)
             seen_key = fingerprint_int64(digest)
             if seen_key in self.seen:
                 # This worker queued it already: the shared dupefilter would refuse it too, so

@@ -34,9 +34,13 @@ class KindsSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         self.start_urls = urls.split()
 
-    async def start(self):
+    def start_requests(self):  # Scrapy 2.11 and 2.12
         for url in self.start_urls:
             yield scrapy.Request(url)
+
+    async def start(self):
+        for request in self.start_requests():
+            yield request
 
     def parse(self, response):
         title = response.xpath("normalize-space(//title)").get()

@@ -14,9 +14,13 @@ class OffsiteSpider(scrapy.Spider):
         self.start_urls = [url]
         self.allowed_domains = [urlsplit(url).hostname]
 
-    async def start(self):
+    def start_requests(self):  # Scrapy 2.11 and 2.12
         for url in self.start_urls:
             yield scrapy.Request(url)
+
+    async def start(self):
+        for request in self.start_requests():
+            yield request
 
     def parse(self, response):
         yield {"url": response.url}
