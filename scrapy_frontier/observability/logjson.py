@@ -30,8 +30,6 @@ from scrapy.utils.log import get_scrapy_root_handler
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-#: Records held at most before the node id is known (then they are written without it).
-
 
 @dataclass
 class LogContext:
