@@ -1,4 +1,5 @@
-"""The base of the project's Redis commands: the spider argument, ``--json`` output, a Redis
+"""The base of the project's Redis commands: the spider argument (and the spider's own ``-a``
+arguments, with which the spider is built as ``scrapy crawl`` builds it), ``--json`` output, a Redis
 client from the project settings, and errors as one line on stderr with exit status 2. Output
 goes through :func:`write_out`: a reader that stops early (``scrapy status site | head``) ends
 the command quietly instead of with a ``BrokenPipeError``; output that cannot be written
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.utils.conf import arglist_to_dict
 
 from scrapy_frontier.connection import (
     REDIS_FAILURES,
@@ -86,9 +88,37 @@ class RedisCommand(ScrapyCommand):
     def syntax(self) -> str:
         return "[options] <spider>"
 
+    #: The spider, built as ``scrapy crawl`` builds it (with the ``-a`` arguments), when the
+    #: project has it: a ``redis_key`` its ``__init__`` sets is the key the command uses.
+    spider: Any = None
+
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+        parser.add_argument(
+            "-a",
+            dest="spargs",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="spider argument, as scrapy crawl takes it (may be repeated)",
+        )
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        try:
+            opts.spargs = arglist_to_dict(opts.spargs)
+        except ValueError:
+            raise UsageError("invalid -a value, use -a NAME=VALUE", print_help=False) from None
+
+    def build_spider(self, spidercls: type, spargs: dict[str, str]) -> Any:
+        """``spidercls`` made as ``scrapy crawl -a ...`` makes it (``from_crawler`` with the
+        arguments), on a crawler that is never started. Raises ``Exception`` as the spider does."""
+        from scrapy.crawler import Crawler
+
+        assert self.settings is not None
+        crawler = Crawler(spidercls, self.settings.copy())
+        return spidercls.from_crawler(crawler, **spargs)  # type: ignore[attr-defined]
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
@@ -107,6 +137,13 @@ class RedisCommand(ScrapyCommand):
             )
         else:
             print(f"warning: this project has no spider {args[0]!r}; using its keys anyway", file=sys.stderr)
+        spargs = getattr(opts, "spargs", None) or {}
+        if spidercls is not None:
+            try:
+                self.spider = self.build_spider(spidercls, spargs)
+            except Exception as exc:
+                shown = " ".join(f"-a {name}={value}" for name, value in spargs.items())
+                return self._fail(f"cannot make spider {args[0]!r}{' with ' + shown if shown else ''}: {exc}")
         try:
             client = sync_redis(self.settings)
             client.ping()
@@ -115,7 +152,7 @@ class RedisCommand(ScrapyCommand):
         except REDIS_FAILURES as exc:
             return self._fail(f"REDIS_URL {redact_url(redis_url(self.settings))}: {describe_error(exc)}")
         try:
-            keys = Keys.for_spider(self.settings, args[0], spidercls)
+            keys = Keys.for_spider(self.settings, args[0], spidercls, redis_key=getattr(self.spider, "redis_key", None))
             keys = keys.with_shards(recorded_shards(client, keys))
             result = self.execute(client, keys, opts)
             if result is not None:  # None: execute() reported an error, or printed its own output

@@ -178,24 +178,6 @@ def test_sigint_leaves_shared_state_for_the_other_worker(
     assert set(urls) == expected_pages
 
 
-def test_a_second_sigint_is_an_unclean_shutdown_with_a_non_zero_exit_status(
-    docs_site, start_worker, redis_url, redis_client
-):
-    slow = {**DISTRIBUTED, "CONCURRENT_REQUESTS": "2", "DOWNLOAD_DELAY": "0.2"}
-    worker = start_worker(settings=slow, env={"REDIS_URL": redis_url})
-    worker.wait_for("Joined the crawl")
-    redis_client.lpush("site:start_urls", f"{docs_site.url}index.html")
-    deadline = time.monotonic() + 60
-    while not redis_client.exists("site:leases:" + worker.output.split("as node ")[1].split()[0]):
-        assert time.monotonic() < deadline, worker.output[-3000:]
-        time.sleep(0.1)
-    worker.signal(signal.SIGINT)
-    worker.wait_for("Received SIGINT, shutting down gracefully")
-    worker.signal(signal.SIGINT)
-    assert worker.wait(60) == 1, worker.output[-3000:]
-    assert "forcing unclean shutdown" in worker.output
-
-
 @pytest.mark.parametrize(
     ("env", "setting"),
     [
@@ -217,7 +199,7 @@ def test_bad_connection_settings_give_one_clear_line(env, setting, start_worker,
     worker = start_worker(
         settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3")}, env=env, args=["-a", "url=http://127.0.0.9:1/"]
     )
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1, worker.output
     assert setting in errors[0]
@@ -246,24 +228,29 @@ def test_redis_down_at_start_is_one_line(start_worker, mysql_url, tmp_path):
     """A worker whose Redis is down stops with the error line and nothing else of its own: no
     replay warning, no progress line, no metrics server."""
     worker = start_worker(env={"REDIS_URL": "redis://127.0.0.1:1/0", "MYSQL_URL": mysql_url})
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "REDIS_URL redis://127.0.0.1:1/0: cannot use Redis" in errors[0], worker.output[-3000:]
     assert lines_after_the_error(worker.output) == [], worker.output[-3000:]
 
 
-def test_crawl_of_an_unknown_spider_is_one_line_naming_the_spiders():
-    done = subprocess.run(
-        [sys.executable, "-m", "scrapy", "crawl", "nosuch"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
+def test_scrapy_crawl_is_scrapys_own(installed_metadata):
+    """The package adds commands and replaces none of Scrapy's: ``scrapy crawl`` of an unknown
+    spider is Scrapy's own failure, with the package's commands listed beside Scrapy's."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{installed_metadata}"}
+    run = {"cwd": ROOT, "env": env, "capture_output": True, "text": True, "timeout": 60}
+    done = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "nosuch"], **run)
+    assert done.returncode == 1 and "Spider not found: nosuch" in done.stderr, done.stderr[-2000:]
+    listed = subprocess.run([sys.executable, "-m", "scrapy", "-h"], **run)
+    assert "  crawl " in listed.stdout and "  status " in listed.stdout, listed.stdout
+    probe = (
+        "from scrapy.cmdline import _get_commands_dict; from scrapy.utils.project import get_project_settings; "
+        "print(type(_get_commands_dict(get_project_settings(), True)['crawl']).__module__)"
     )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr.splitlines() == ["error: this project has no spider 'nosuch'; its spiders: modules, site"]
+    module = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert module.stdout.strip() == "scrapy.commands.crawl", module.stderr[-2000:]
 
 
 def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
@@ -273,7 +260,7 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
         env={"REDIS_URL": url},
         args=["-a", "url=http://127.0.0.9:1/"],
     )
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     assert "REDIS_URL redis://:***@" in worker.output and "authentication failed" in worker.output.lower()
     assert "s3cretpw" not in worker.output and "Traceback" not in worker.output
 
@@ -303,7 +290,7 @@ def test_redis_wrong_password(start_worker, tmp_path, throwaway_redis):
 )
 def test_bad_numeric_settings_stop_the_crawl_with_one_line(settings, name, start_worker, redis_url):
     worker = start_worker(settings=settings, env={"REDIS_URL": redis_url}, args=["-a", "url=http://127.0.0.9:1/"])
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}=" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
@@ -343,7 +330,7 @@ def test_bad_scrapy_settings_stop_the_crawl_with_one_line(name, value, distribut
     """Scrapy's numeric settings are checked once, by the add-on, in either mode."""
     env = {"REDIS_URL": redis_url} if distributed else {}
     worker = start_worker(settings={name: value}, env=env, args=["-a", "url=http://127.0.0.9:1/"])
-    assert worker.wait(60) == 2, worker.output[-3000:]
+    assert worker.wait(60) == 1, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}={value!r}" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
@@ -354,7 +341,7 @@ def test_a_bad_distributed_setting_stops_an_embedded_crawl_too(name, value, star
     """A setting that only acts in distributed mode is checked in embedded mode all the same: a
     typo does not wait for the day the crawl goes distributed."""
     worker = start_worker(settings={name: value}, args=["-a", "url=http://127.0.0.9:1/"])
-    assert worker.wait(60) == 2, worker.output[-3000:]
+    assert worker.wait(60) == 1, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and f"Setting {name}={value!r}" in errors[0], worker.output[-3000:]
     assert "Traceback" not in worker.output
@@ -363,7 +350,7 @@ def test_a_bad_distributed_setting_stops_an_embedded_crawl_too(name, value, star
 @pytest.mark.parametrize("url", ["", "ftp://x", "notaurl", "http://ok.invalid/ \udcff"])
 def test_bad_url_argument_stops_with_exit_status_2(url, start_worker, tmp_path):
     worker = start_worker(args=["-a", f"url={url}"])
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     assert "Refused -a url=" in worker.output and "Traceback" not in worker.output
     assert not (tmp_path / "crawl.sqlite3").exists()  # stopped before the storage opened its database
 
@@ -400,7 +387,7 @@ def test_start_urls_of_the_wrong_redis_type_give_one_line(as_set, start_worker, 
         settings={"SQLITE_PATH": str(tmp_path / "x.sqlite3"), "REDIS_START_URLS_AS_SET": str(as_set)},
         env={"REDIS_URL": redis_url},
     )
-    assert worker.wait(60) == 2, worker.output[-3000:]
+    assert worker.wait(60) == 1, worker.output[-3000:]
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert (
         len(errors) == 1

@@ -219,7 +219,7 @@ def test_a_schema_that_cannot_work_stops_the_crawl_at_start(types, named, start_
     worker = start_worker(
         "kinds", settings={**KINDS, "STORAGE_ITEM_TYPES": types}, args=["-a", "urls=http://127.0.0.9:1/"]
     )
-    assert worker.wait(60) == 2
+    assert worker.wait(60) == 1
     errors = [line for line in worker.output.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and all(word in errors[0] for word in named), worker.output[-3000:]
     assert "Traceback" not in worker.output
@@ -312,7 +312,7 @@ def test_an_items_module_that_fails_to_import_stops_nothing_unless_declared(tmp_
 
 def test_a_declared_items_module_that_fails_to_import_stops_the_crawl(tmp_path, installed_metadata):
     done = run_broken_items_project(tmp_path, installed_metadata, "STORAGE_ITEM_TYPES=shop.items")
-    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "STORAGE_ITEM_TYPES: cannot import 'shop.items'" in errors[0], errors
     assert "scrapy.loader.processors" in errors[0]

@@ -187,7 +187,7 @@ def test_two_workers_metrics_status_and_cluster_totals(
     assert after["totals"] == {k.decode(): int(v) for k, v in redis_client.hgetall("site:stats").items()}
     for w in workers:
         assert re.search(
-            r"Crawled \d+ pages .*; cluster: \d+ pages \(at \d+ pages/min\), \d+ items stored, \d+ queued, 2 workers",
+            r"Crawled \d+ pages .*; cluster: \d+ pages \(at \d+ pages/min\), \d+ items written, \d+ queued, 2 workers",
             w.output,
         )
         assert w.output.startswith("20")  # plain text log without LOG_JSON
@@ -274,15 +274,15 @@ def test_bad_observability_settings_fail_at_start_with_one_line(tmp_path):
         "TELNETCONSOLE_ENABLED=False",
     ]
     done = run([*base, "-s", "METRICS_PORT=9430-9410"], {})
-    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.returncode == 1, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "Setting METRICS_PORT='9430-9410' is not a port" in errors[0]
     done = run([*base, "-s", "METRICS_HOST=256.1.1.1"], {})
-    assert done.returncode == 2
+    assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and "METRICS_HOST='256.1.1.1'" in errors[0] and "cannot serve metrics there" in errors[0]
     done = run(base, {"LOG_JSON": "maybe"})
-    assert done.returncode == 2
+    assert done.returncode == 1
     assert "Setting LOG_JSON='maybe' is not a valid bool" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -320,6 +320,6 @@ def test_the_progress_line_of_a_lone_worker_says_1_worker(start_worker, redis_ur
     # Scrapy's own part as Scrapy writes it (log readers parse it), the cluster's in words
     assert re.search(
         r"Crawled 0 pages \(at 0 pages/min\), scraped 0 items \(at 0 items/min\); cluster: 0 pages \(at 0 "
-        r"pages/min\), 0 items stored, 0 queued, 1 worker\n",
+        r"pages/min\), 0 items written, 0 queued, 1 worker\n",
         worker.output,
     ), worker.output[-3000:]

@@ -309,7 +309,7 @@ def test_mysql_adds_the_columns_an_existing_table_lacks(mysql_url, mysql_query, 
 
 def test_an_unknown_extractor_stops_the_crawl_at_start(start_worker):
     worker = start_worker(settings={"PAGE_TEXT_EXTRACTOR": "fast"}, args=["-a", "url=http://127.0.0.2/"])
-    assert worker.wait() == 2, worker.output[-3000:]
+    assert worker.wait() == 1, worker.output[-3000:]
     assert "PAGE_TEXT_EXTRACTOR must be one of trafilatura, rule, not 'fast'" in worker.output
 
 

@@ -239,7 +239,7 @@ REFUSED = [
 def test_a_setting_that_cannot_work_stops_the_crawl_with_one_line(settings, line, start_worker, redis_url, tmp_path):
     env = {} if "REDIS_HOST" in settings else {"REDIS_URL": redis_url}
     worker = start_worker(settings=settings, env=env, args=["-a", "url=http://127.0.0.9:1/"])
-    assert worker.wait(60) == 2, worker.output[-3000:]
+    assert worker.wait(60) == 1, worker.output[-3000:]
     errors = [line.split(" ERROR: ", 1)[1] for line in worker.output.splitlines() if " ERROR: " in line]
     assert errors == [line], worker.output[-3000:]
     assert "Traceback" not in worker.output

@@ -70,7 +70,7 @@ class Command(RedisCommand):
 
     def execute(self, client: redis.Redis, keys: Keys, opts: argparse.Namespace) -> dict[str, Any] | None:
         assert self.settings is not None
-        spider = get_spider_loader(self.settings).load(keys.spider)()  # there is one: needs_spider
+        spider = self.spider  # built with the -a arguments (needs_spider: the project has it)
         try:
             max_bytes = read_value(self.settings, "REDIS_START_URLS_MAX_BYTES")
             encoding = read_value(self.settings, "REDIS_ENCODING")

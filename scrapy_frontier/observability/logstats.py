@@ -8,7 +8,10 @@ with the whole crawl's figures, read in one round trip from the cluster totals
 status script, sent together::
 
     Crawled 120 pages (at 60 pages/min), scraped 118 items (at 59 items/min); cluster: 530 pages
-    (at 240 pages/min), 512 items stored, 1840 queued, 2 workers
+    (at 240 pages/min), 512 items written, 1840 queued, 2 workers
+
+"items written" counts the items the storage pipeline committed: an upsert each, so where rows
+are keyed by content (``unique_key``) several items may become one row.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ LOCAL = "Crawled %(pages)d pages (at %(pagerate)d pages/min), scraped %(items)d 
 #: Scrapy's own LogStats line (LOCAL, kept word for word: log readers parse it), then the cluster's
 #: figures, counted in words (``1 worker``).
 CLUSTER = (
-    "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(cluster_items)s stored, %(queued)d queued, "
+    "; cluster: %(cluster_pages)s (at %(cluster_pagerate)d pages/min), %(cluster_items)s written, %(queued)d queued, "
     "%(workers)s"
 )
 
