@@ -47,10 +47,12 @@ MYSQL_PORT = int(os.environ.get("TEST_MYSQL_PORT", "3306"))
 #: (myspider:start_urls, mycrawler:start_urls).
 #: test_compat.py: tests/spiders/compat.py's (compat_redis's redis_key: compat_redis:seeds).
 #: test_scrapy_redis_fates.py: tests/spiders/fates.py's (its keys renamed by the scrapy-redis key settings).
+#: test_scrapy_versions.py: tests/spiders/legacy.py's.
 SPIDERS = (
     *("site", "probe", "offsite", "modules", "kinds", "user_redis", "user_pages", "user_sitemap", "user_bad"),
     *("dmoz", "myspider_redis", "mycrawler_redis", "myspider", "mycrawler"),
     *("compat_redis", "compat_plain", "compat_bad", "compat_bad_redis", "fates", "wheel"),
+    *("legacy", "rules"),
 )
 
 # Settings every test crawl gets: no AutoThrottle warm-up, no telnet port clashes.

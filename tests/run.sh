@@ -17,7 +17,32 @@ if ! flock -n 9; then
   flock 9
 fi
 
+# A venv at .venv-scrapy-<version> holding the test requirements with that Scrapy in place of
+# requirements.txt's (2.11 and 2.12 with the w3lib and Twisted they work with).
+scrapy_venv() {
+  local version=$1 venv=".venv-scrapy-$1" extra=()
+  case "$version" in 2.11.*|2.12.*) extra=("w3lib<2.2" "Twisted<25") ;; esac
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  grep -v '^scrapy==' requirements.txt > "$venv/requirements.txt"
+  grep -v '^-r ' requirements-test.txt > "$venv/requirements-test.txt"
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$venv/requirements.txt" \
+      -r "$venv/requirements-test.txt" "scrapy==$version" "${extra[@]}" >"$venv/pip.log" 2>&1; then
+    cat "$venv/pip.log" >&2
+    return 1
+  fi
+}
+
+#: The oldest Scrapy supported (pyproject.toml), whose run of the core tests is part of every run,
+#: and the newest patch of every minor up to requirements.txt's, which --scrapy-matrix runs.
+OLDEST_SCRAPY=2.11.2
+MATRIX_SCRAPY=(2.11.2 2.12.0 2.13.4 2.14.2 2.15.2 2.16.0 2.17.0 2.18.0)
+
 main() {
+local matrix=0
+if [ "${1:-}" = --scrapy-matrix ]; then
+  matrix=1
+  shift
+fi
 missing=()
 [ -f /usr/share/doc/python3.11/html/index.html ] || missing+=(python3.11-doc)
 # tests/test_pagetext.py: Debian's doc sites in Japanese, Russian and Chinese (conftest.DEBIAN_DOC_SITES).
@@ -68,6 +93,19 @@ fi
 .venv/bin/ruff format --check --quiet .
 # Types: the package ships py.typed (pyproject.toml [tool.mypy]).
 .venv/bin/mypy
+if [ "$matrix" = 1 ]; then
+  # --scrapy-matrix: the core tests on every minor from the oldest, then on requirements.txt's below
+  local failed=()
+  for version in "${MATRIX_SCRAPY[@]}"; do
+    echo "tests/run.sh: the core tests on Scrapy $version"
+    scrapy_venv "$version" || { failed+=("$version (install)"); continue; }
+    CI="${CI:-}" setpriv --pdeathsig TERM ".venv-scrapy-$version/bin/python" -m pytest -p no:cacheprovider \
+      -n "${TEST_WORKERS:-3}" --dist worksteal -m core "$@" || failed+=("$version")
+  done
+  echo "tests/run.sh: Scrapy ${MATRIX_SCRAPY[*]}: ${failed[*]:-all passed}"
+  [ ${#failed[@]} = 0 ] || return 1
+  set -- -m core "$@"
+fi
 # Three test processes (pytest-xdist; each its own Redis database, see tests/conftest.py): most tests
 # wait on crawls and servers, so three share two cores well. TEST_WORKERS=0 runs them in this process.
 # worksteal: a process that is done takes tests queued for another, so the crawls of minutes do
@@ -86,7 +124,12 @@ CRAWLER_TIMING=only CI="${CI:-}" setpriv --pdeathsig TERM .venv/bin/python -m py
 [ "$timed" = 5 ] && timed=0
 [ "$status" = 5 ] && status=0
 [ "$status" != 0 ] && return "$status"
-return "$timed"
+[ "$timed" != 0 ] && return "$timed"
+# The core tests again on the oldest Scrapy supported (timing ones included: one process).
+echo "tests/run.sh: the core tests on Scrapy $OLDEST_SCRAPY"
+scrapy_venv "$OLDEST_SCRAPY"
+CI="${CI:-}" setpriv --pdeathsig TERM ".venv-scrapy-$OLDEST_SCRAPY/bin/python" -m pytest -p no:cacheprovider \
+  -n "${TEST_WORKERS:-3}" --dist worksteal -m core "$@"
 }
 
 main "$@" 9>&-

@@ -37,6 +37,7 @@ SCRAPY_REDIS = {
     ],
     ids=["priority-pickle", "fifo-pickle", "priority-json"],
 )
+@pytest.mark.core
 def test_a_scrapy_redis_crawl_in_progress_goes_on_losing_nothing_and_fetching_nothing_twice(
     queue, tutorial_site, start_worker, redis_url, redis_client, tmp_path
 ):

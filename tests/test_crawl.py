@@ -57,6 +57,7 @@ def two_workers_share_the_docs(start_worker, env: dict[str, str], push, expected
     return workers
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_two_workers_share_one_crawl(
     docs_site, expected_pages, start_worker, redis_url, redis_client, mysql_url, mysql_query
@@ -347,8 +348,9 @@ def test_a_bad_distributed_setting_stops_an_embedded_crawl_too(name, value, star
     assert "Traceback" not in worker.output
 
 
+@pytest.mark.core
 @pytest.mark.parametrize("url", ["", "ftp://x", "notaurl", "http://ok.invalid/ \udcff"])
-def test_bad_url_argument_stops_with_exit_status_2(url, start_worker, tmp_path):
+def test_bad_url_argument_stops_with_a_non_zero_exit_status(url, start_worker, tmp_path):
     worker = start_worker(args=["-a", f"url={url}"])
     assert worker.wait(60) == 1
     assert "Refused -a url=" in worker.output and "Traceback" not in worker.output

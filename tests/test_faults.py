@@ -73,6 +73,7 @@ def count_or_zero(query) -> int:
         return 0
 
 
+@pytest.mark.core
 def test_sigkill_every_three_seconds(logged_site, start_worker, redis_url, redis_client, mysql_url, mysql_query):
     env = {"REDIS_URL": redis_url, "MYSQL_URL": mysql_url}
     # A crawl of 20 s or more: time for several kills. A killed worker's leases come back after

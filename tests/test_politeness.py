@@ -238,6 +238,7 @@ def test_a_rate_holds_with_autothrottle_on_and_across_redirects(
     assert max_in_window(on_target) <= 2
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_three_workers_share_one_rate_limit(recording_server, start_workers, redis_url, redis_client):
     server = recording_server("127.0.0.11", pages=60)
