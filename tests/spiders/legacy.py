@@ -27,7 +27,7 @@ class LegacySpider(scrapy.Spider):
     def __init__(self, *args, url="", **kwargs):
         super().__init__(*args, **kwargs)
         self.start_url = url
-        self.links = LinkExtractor(allow_domains=[urlsplit(url).hostname])
+        self.links = LinkExtractor(allow_domains=[urlsplit(url).netloc])
 
     def start_requests(self):
         yield scrapy.Request(self.start_url)
@@ -40,10 +40,11 @@ class LegacySpider(scrapy.Spider):
 
 class RulesSpider(CrawlSpider):
     name = "rules"
-    rules = (Rule(LinkExtractor(allow=r"/tutorial/"), callback="parse_page", follow=True),)
 
     def __init__(self, *args, url="", **kwargs):
         self.start_urls = [url]
+        links = LinkExtractor(allow=r"/tutorial/", allow_domains=[urlsplit(url).netloc])
+        self.rules = (Rule(links, callback="parse_page", follow=True),)
         super().__init__(*args, **kwargs)
 
     def parse_page(self, response):
