@@ -9,10 +9,8 @@ import os
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from scrapy import signals
-from scrapy.exceptions import CloseSpider
-
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS, TABLE, Setting
+from scrapy_frontier.scrapy_compat import close_when_opened
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -52,10 +50,7 @@ def fail_at_open(crawler: Crawler, msg: str, *args: Any) -> None:
     if not first:
         return
 
-    def close_now(spider: Any) -> None:
-        raise CloseSpider(CONFIG_ERROR)
-
-    crawler.signals.connect(close_now, signals.spider_opened, weak=False)
+    close_when_opened(crawler, CONFIG_ERROR)
 
 
 def failed_at_open(crawler: Crawler) -> bool:

@@ -30,7 +30,9 @@ __all__ = [
     "DOWNLOAD_CANCELLED",
     "SCRAPY_VERSION",
     "STARTS_FROM_START_REQUESTS",
+    "CLOSES_AT_OPEN",
     "build_from_crawler",
+    "close_when_opened",
     "close_spider",
     "download",
     "get_item_pipeline",
@@ -210,3 +212,31 @@ async def send_signal(crawler: Crawler, signal: object, **kwargs: Any) -> None:
         await signals.send_catch_log_async(signal, **kwargs)
         return
     await signals.send_catch_log_deferred(signal, **kwargs).asFuture(asyncio.get_running_loop())
+
+
+def _closes_at_open() -> bool:
+    from scrapy.core.engine import ExecutionEngine
+
+    opening = getattr(ExecutionEngine, "open_spider_async", None)
+    return opening is not None and "CloseSpider" in inspect.getsource(opening)
+
+
+#: Whether the engine closes the spider when a ``spider_opened`` handler raises ``CloseSpider``:
+#: from Scrapy 2.18; before, it logs the exception and crawls on.
+CLOSES_AT_OPEN: bool = _closes_at_open()
+
+
+def close_when_opened(crawler: Crawler, reason: str) -> None:
+    """Close the crawler's spider with ``reason`` as soon as it has opened (every component open):
+    ``CloseSpider`` from ``spider_opened`` from Scrapy 2.18, a close right after the engine
+    has started before."""
+    from scrapy import signals
+    from scrapy.exceptions import CloseSpider
+
+    def close_now(spider: Any) -> None:
+        if CLOSES_AT_OPEN:
+            raise CloseSpider(reason)
+        loop = asyncio.get_event_loop()
+        loop.call_soon(lambda: loop.create_task(close_spider(crawler, reason)))
+
+    crawler.signals.connect(close_now, signals.spider_opened, weak=False)

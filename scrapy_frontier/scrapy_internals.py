@@ -93,15 +93,17 @@ def wake_engine(crawler: Crawler) -> None:
 
 def fail_the_run(crawler: Crawler) -> None:
     """Make Scrapy's own ``scrapy crawl`` (and ``runspider``) exit with status 1 once this crawl
-    has ended: a setting stopped it at start, or its state in Redis was lost.
+    has ended; called from a ``spider_closed`` handler when a setting stopped the crawl at start
+    or its state in Redis was lost.
 
     Scrapy has no public way for an extension to set the exit status. ``CrawlerRunner`` marks the
     run ``bootstrap_failed`` when a crawl ends without ``crawler.spider`` (Scrapy 2.11-2.19,
     ``scrapy/crawler.py``), and the commands exit with status 1 then; so ``crawler.spider`` is
-    cleared once the engine has stopped, after every ``spider_closed`` handler ran."""
-    from scrapy import signals
+    cleared once the ``spider_closed`` handlers have run (the engine passes the spider on as an
+    argument from there)."""
+    import asyncio
 
     def clear_spider() -> None:
         crawler.spider = None
 
-    crawler.signals.connect(clear_spider, signals.engine_stopped, weak=False)
+    asyncio.get_event_loop().call_soon(clear_spider)
