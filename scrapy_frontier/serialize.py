@@ -60,6 +60,10 @@ _NOT_CALLBACKS = frozenset({"start", "start_requests"})
 #: Priorities a Redis sorted set's score (a double) holds exactly.
 _MAX_PRIORITY = 2**53
 
+#: Request meta key: a ``dont_filter`` start request that came from a pushed start-URL payload
+#: (deduplicated with the links, not among start requests only).
+PUSHED_META = "_frontier_pushed"
+
 
 def _refuse_constant(constant: str) -> Any:
     """``json.loads``'s hook for ``NaN``, ``Infinity`` and ``-Infinity``, which Python reads and
@@ -319,8 +323,8 @@ def parse_start_payload(
     encoding: ``not_decodable``, when it does not decode). ``default_dont_filter`` is the request's ``dont_filter``
     when the payload does not say (a URL, or JSON without the key): ``True`` for a scrapy-redis
     spider, whose start requests are ``dont_filter`` (Scrapy's offsite filter lets them through);
-    such a request is also marked ``is_start_request``, so the scheduler still fetches it once per
-    crawl, as it does the spider's own start requests.
+    such a request is also marked ``is_start_request`` and :data:`PUSHED_META`: the scheduler
+    fetches it once per crawl, and a link to it found later is filtered too.
     """
     try:
         request, unknown = _parse_start_payload(raw, spider, max_bytes, encoding)
@@ -331,6 +335,7 @@ def parse_start_payload(
     if default_dont_filter and not request.dont_filter and not _says_dont_filter(raw, encoding):
         request.dont_filter = True
         request.meta.setdefault("is_start_request", True)
+        request.meta[PUSHED_META] = True
     return request, unknown
 
 

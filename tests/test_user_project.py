@@ -223,9 +223,14 @@ def paths(urls) -> list[str]:
     return [urlsplit(u).path for u in urls]
 
 
-def assert_fetched_once(server, urls, also: tuple[str, ...] = ("/robots.txt",)) -> None:
-    """The server was asked for each of ``urls`` (and ``also``) exactly once, and for nothing else."""
+def assert_fetched_once(server, urls, also: tuple[str, ...] = ("/robots.txt",), start: str | None = None) -> None:
+    """The server was asked for each of ``urls`` (and ``also``) exactly once, and for nothing else;
+    ``start``, the path of the spider's own start page, twice: once as the crawl's start request,
+    once as a link to it, as plain Scrapy fetches it."""
     fetched = server.fetches()
+    if start is not None:
+        assert fetched.get(start) == 2, fetched
+        fetched = {**fetched, start: 1}
     twice = {p: n for p, n in fetched.items() if n > 1}
     assert not twice, f"fetched more than once: {twice}"
     assert set(fetched) == set(paths(urls)) | set(also)
@@ -287,16 +292,15 @@ def test_redis_crawl_spider_with_rules(tutorial_site, crawl, redis_client, mysql
 
 def test_plain_spider_with_start_urls(tutorial_site, crawl, mysql_query):
     """A ``scrapy.Spider`` whose ``start_urls`` every worker reads: the start page is fetched once
-    per crawl."""
+    per crawl as a start request, and once more as a link to it, as plain Scrapy fetches it."""
     server, expected = tutorial_site
     start = server.url + "tutorial/index.html"
     # 4 pages a second: the crawl outlasts a second worker that starts a second or two late on
     # a loaded machine (at 10/s, the first had taken all 19 in 2 s once in three full runs)
     workers = crawl("user_pages", settings={"DOMAIN_RATE_LIMIT": "4"}, args=("-a", f"start_url={start}"))
     finish(workers)
-    assert server.fetches().get("/tutorial/index.html") == 1
-    assert_fetched_once(server, expected)
-    assert_shared(workers, len(expected) + 1)
+    assert_fetched_once(server, expected, start="/tutorial/index.html")
+    assert_shared(workers, len(expected) + 2)
     assert sum(items_scraped(workers)) == len(expected), items_scraped(workers)
     assert_stored(mysql_query, "user_pages", expected)
 
@@ -367,8 +371,9 @@ def test_two_crawl_ids_share_one_redis(tutorial_site, crawl, redis_client, mysql
     ]
     finish(workers)
     fetched = server.fetches()
-    assert fetched == {p: 2 for p in paths(expected) + ["/robots.txt"]}, "each crawl fetches every page once"
-    assert items_scraped(workers) == [len(expected), len(expected)]
+    # each crawl fetches every page once, its start page twice (a start request, then a link to it)
+    assert fetched == {p: 4 if p == "/tutorial/index.html" else 2 for p in paths(expected) + ["/robots.txt"]}
+    assert items_scraped(workers) == [len(expected) + 1, len(expected) + 1]
     keys = sorted(k.decode() for k in redis_client.scan_iter(match="*user_pages*", count=1000))
     assert keys and all(k.startswith(("user_pages@one:", "user_pages@two:")) for k in keys), keys
     for crawl_id in ("one", "two"):

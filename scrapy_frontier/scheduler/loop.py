@@ -39,7 +39,13 @@ from scrapy_frontier.scheduler.buffer import SendBuffer
 from scrapy_frontier.scheduler.leases import LEASE_META, RETRY_DONT_FILTER_META, LeaseBook
 from scrapy_frontier.scheduler.start_urls import StartUrlIntake
 from scrapy_frontier.scrapy_compat import close_spider
-from scrapy_frontier.serialize import RequestRefused, request_from_json, request_to_json, without_default_port
+from scrapy_frontier.serialize import (
+    PUSHED_META,
+    RequestRefused,
+    request_from_json,
+    request_to_json,
+    without_default_port,
+)
 from scrapy_frontier.wording import plural
 
 if TYPE_CHECKING:
@@ -208,6 +214,7 @@ class FrontierLoop:
         seen_key = 0
         start = not dedup and request.meta.get("is_start_request") and LEASE_META not in request.meta
         if dedup or start:
+            start = start and not request.meta.get(PUSHED_META)
             digest = self.fingerprinter.fingerprint(request)
             if start:
                 digest = start_fingerprint(digest)
