@@ -3,7 +3,7 @@ the installed Scrapy, Scrapy's own commands untouched, spiders of the pre-2.13 k
 same items as plain Scrapy, commands that build the spider with its ``-a`` arguments.
 
 ``tests/run.sh`` runs the tests marked ``core`` on the oldest supported Scrapy too;
-``tests/run.sh --scrapy-matrix`` on every minor (docs/operating.md, "Scrapy versions")."""
+``tests/run.sh --scrapy-matrix`` on every minor (docs/spiders.md, "Your Scrapy stays")."""
 
 from __future__ import annotations
 
