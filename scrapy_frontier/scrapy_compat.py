@@ -182,10 +182,17 @@ def spider_required(method: Callable[..., Any], crawler: Crawler) -> Callable[..
     """``method`` of a Scrapy component, given the crawler's spider when it requires one (its
     ``spider`` parameter has no default): Scrapy 2.14 dropped the spider from component methods,
     one release at a time, and warns when it is passed where it has become optional."""
-    parameter = inspect.signature(method).parameters.get("spider")
-    if parameter is None or parameter.default is not inspect.Parameter.empty:
+    if not _requires_spider(getattr(method, "__func__", method)):
         return method
     return functools.partial(method, spider=crawler.spider)
+
+
+@functools.cache
+def _requires_spider(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` has a ``spider`` parameter without a default (looked up once a function:
+    the cookies middleware asks for every request)."""
+    parameter = inspect.signature(function).parameters.get("spider")
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 async def robots_parser(middleware: Any, request: Request) -> Any:
