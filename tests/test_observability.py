@@ -71,7 +71,7 @@ def test_json_logs_every_line_with_spider_node_and_url(docs_site, start_worker, 
         assert worker.wait() == 0, worker.output[-3000:]
     # Scrapy's start-up lines, logged before the extensions are made, stay plain (Scrapy's own crawl command)
     lines = worker.output.splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    first = next(i for i, line in enumerate(lines) if line.startswith('{"'))
     assert "Joined the crawl" not in "\n".join(lines[:first])
     records = []
     for line in lines[first:]:
