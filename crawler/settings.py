@@ -17,6 +17,9 @@ COMMANDS_MODULE = "scrapy_frontier.commands"
 ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}
 
 ROBOTSTXT_OBEY = True
+# Scrapy 2.7's request fingerprints, as Scrapy's own project template sets them: Scrapy 2.11 to 2.13
+# default to 2.6's with a deprecation warning; 2.14 and later have only 2.7's and ignore this.
+REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # Scrapy's telnet console logs the password it generates at start: no secret in a worker's log.
 # A worker to inspect by hand: -s TELNETCONSOLE_ENABLED=True -s TELNETCONSOLE_PASSWORD=...
 TELNETCONSOLE_ENABLED = False
