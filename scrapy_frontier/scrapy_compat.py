@@ -200,9 +200,10 @@ async def robots_parser(middleware: Any, request: Request) -> Any:
     from Scrapy 2.14; a Deferred or a parser, given the spider, before."""
     from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 
-    result = spider_required(functools.partial(RobotsTxtMiddleware.robot_parser, middleware), middleware.crawler)(
-        request
-    )
+    if _requires_spider(RobotsTxtMiddleware.robot_parser):
+        result = RobotsTxtMiddleware.robot_parser(middleware, request, middleware.crawler.spider)
+    else:
+        result = RobotsTxtMiddleware.robot_parser(middleware, request)
     if isinstance(result, Deferred):
         return await result.asFuture(asyncio.get_running_loop())
     if inspect.isawaitable(result):

@@ -82,24 +82,28 @@ def feed_urls(*paths: Path) -> Counter[str]:
     return Counter(json.loads(line)["url"] for path in paths for line in path.read_text().splitlines())
 
 
+def two_workers(start_worker, spider: str, url: str, redis_url: str, tmp_path: Path) -> tuple[list, list[Path]]:
+    """Two workers of ``spider`` from ``-a url=``, over Redis, each writing its items to a feed
+    file; returns them once both have exited 0, with their feed files."""
+    feeds = [tmp_path / f"w{i}.jl" for i in range(2)]
+    workers = [
+        start_worker(
+            spider, settings=SPIDERS, env={"REDIS_URL": redis_url}, args=["-a", f"url={url}", "-O", f"{feed}:jsonlines"]
+        )
+        for feed in feeds
+    ]
+    for worker in workers:
+        assert worker.wait() == 0, worker.output[-3000:]
+    return workers, feeds
+
+
 @pytest.mark.slow
 def test_a_start_requests_spider_crawls_the_docs_with_two_workers(
     docs_site, expected_pages, start_worker, redis_url, tmp_path
 ):
     """A spider with ``start_requests()`` and no ``start()``, and a middleware with only
     ``process_start_requests()``: two workers crawl every page, each once, and exit by themselves."""
-    feeds = [tmp_path / f"w{i}.jl" for i in range(2)]
-    workers = [
-        start_worker(
-            "legacy",
-            settings=SPIDERS,
-            env={"REDIS_URL": redis_url},
-            args=["-a", f"url={docs_site.url}index.html", "-O", f"{feed}:jsonlines"],
-        )
-        for feed in feeds
-    ]
-    for worker in workers:
-        assert worker.wait() == 0, worker.output[-3000:]
+    workers, feeds = two_workers(start_worker, "legacy", f"{docs_site.url}index.html", redis_url, tmp_path)
     urls = feed_urls(*feeds)
     assert set(urls) == expected_pages
     assert max(urls.values()) == 1, [url for url, n in urls.items() if n > 1]
@@ -129,18 +133,7 @@ def test_a_crawlspider_gives_the_items_of_plain_scrapy(docs_site, start_worker, 
     assert worker.wait() == 0, worker.output[-3000:]
     expected = set(feed_urls(plain))
     assert start in expected
-    feeds = [tmp_path / f"w{i}.jl" for i in range(2)]
-    workers = [
-        start_worker(
-            "rules",
-            settings=SPIDERS,
-            env={"REDIS_URL": redis_url},
-            args=["-a", f"url={start}", "-O", f"{feed}:jsonlines"],
-        )
-        for feed in feeds
-    ]
-    for worker in workers:
-        assert worker.wait() == 0, worker.output[-3000:]
+    _, feeds = two_workers(start_worker, "rules", start, redis_url, tmp_path)
     assert set(feed_urls(*feeds)) == expected
 
 

@@ -214,9 +214,8 @@ class FrontierLoop:
         seen_key = 0
         start = not dedup and request.meta.get("is_start_request") and LEASE_META not in request.meta
         if dedup or start:
-            start = start and not request.meta.get(PUSHED_META)
             digest = self.fingerprinter.fingerprint(request)
-            if start:
+            if start and not request.meta.get(PUSHED_META):
                 digest = start_fingerprint(digest)
             seen_key = fingerprint_int64(digest)
             if seen_key in self.seen:
