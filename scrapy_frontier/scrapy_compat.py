@@ -201,7 +201,7 @@ async def robots_parser(middleware: Any, request: Request) -> Any:
     from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 
     if _requires_spider(RobotsTxtMiddleware.robot_parser):
-        result = RobotsTxtMiddleware.robot_parser(middleware, request, middleware.crawler.spider)
+        result = RobotsTxtMiddleware.robot_parser(middleware, request, middleware.crawler.spider)  # type: ignore[call-arg]
     else:
         result = RobotsTxtMiddleware.robot_parser(middleware, request)
     if isinstance(result, Deferred):
