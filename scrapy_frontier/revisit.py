@@ -162,16 +162,21 @@ class RevisitMiddleware:
     def from_crawler(cls, crawler: Crawler) -> RevisitMiddleware:
         return cls(crawler)
 
-    def process_spider_output(self, response: Response, result: Iterable[Any]) -> Iterator[Any]:
+    # ``spider``: Scrapy 2.11 to 2.13 pass it; optional, so later ones do not
+    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Any = None) -> Iterator[Any]:
         out = list(result)
         yield from self._revisited(response, out)
 
-    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Any = None
+    ) -> AsyncIterator[Any]:
         out = [x async for x in result]
         for x in self._revisited(response, out):
             yield x
 
-    def process_spider_exception(self, response: Response, exception: Exception) -> list[Any] | None:
+    def process_spider_exception(
+        self, response: Response, exception: Exception, spider: Any = None
+    ) -> list[Any] | None:
         """A revisit answered ``304`` (Scrapy's ``HttpError``): its next revisit, and nothing
         else. Another status of a revisit (a ``404``, a ``410``) is counted as leaving the
         schedule, and left to ``HttpErrorMiddleware``."""

@@ -139,6 +139,7 @@ def crawl_for(seconds: float, site: ChangingSite, start_workers, redis_url, redi
     return {"workers": workers, "revisions": now, "stopped": stopped, "status": status["revisits"]}
 
 
+@pytest.mark.core
 @pytest.mark.slow
 def test_two_workers_keep_a_changing_site_fresh_with_conditional_gets(
     changing_site, start_workers, redis_url, redis_client, mysql_url, mysql_query
