@@ -55,6 +55,7 @@ from scrapy_frontier.config import (
     setting_or_env,
 )
 from scrapy_frontier.defaults import FROM_ENVIRONMENT, SETTINGS
+from scrapy_frontier.observability.logjson import use_json_formatter
 from scrapy_frontier.scrapy_compat import set_in_component_priority_dict
 
 if TYPE_CHECKING:
@@ -212,6 +213,9 @@ class DistributedAddon:
             value = setting_or_env(settings, name)
             if value not in (None, "") and (settings.getpriority(name) or 0) <= 0:
                 settings.set(name, value, "addon")
+        if self.crawler is not None and _flag(settings, "LOG_JSON") and settings.getbool("LOG_ENABLED"):
+            # JSON from here on (the observability extension reports a LOG_JSON that does not parse)
+            use_json_formatter(self.crawler, settings)
         for name, builtin, component, priority in COMPONENTS:
             _install(settings, name, builtin, component, priority)
         if settings.get("LOG_FORMATTER") == "scrapy.logformatter.LogFormatter":

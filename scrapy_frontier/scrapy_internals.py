@@ -107,3 +107,15 @@ def fail_the_run(crawler: Crawler) -> None:
         crawler.spider = None
 
     asyncio.get_event_loop().call_soon(clear_spider)
+
+
+def keep_root_handler() -> None:
+    """Keep Scrapy's current root log handler (made JSON by the add-on) for the rest of the run.
+
+    ``Crawler._update_root_log_handler`` replaces the handler that
+    ``scrapy.utils.log.get_scrapy_root_handler()`` returns with a new plain one once the crawler's
+    settings are final (Scrapy 2.11-2.19, ``scrapy/crawler.py``), and does nothing when there is
+    none; so the handler stays on the root logger and Scrapy forgets it."""
+    import scrapy.utils.log
+
+    scrapy.utils.log._scrapy_root_handler = None

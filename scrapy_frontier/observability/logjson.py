@@ -29,6 +29,7 @@ from scrapy.utils.log import get_scrapy_root_handler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 
 @dataclass
@@ -81,11 +82,16 @@ class JsonLogFormatter(JsonFormatter):
                 log_data["item"] = item
 
 
-def use_json_formatter(crawler: Crawler) -> None:
+def use_json_formatter(crawler: Crawler, settings: BaseSettings | None = None) -> None:
     """Make the log JSON from now on: give Scrapy's root handler a :class:`JsonLogFormatter` for
-    this crawler."""
+    this crawler, at the crawl's ``LOG_LEVEL`` (``settings``: the crawler's, or those the add-on
+    is updating), and keep Scrapy from replacing that handler with a plain one when the crawl
+    starts (:func:`~scrapy_frontier.scrapy_internals.keep_root_handler`)."""
+    from scrapy_frontier import scrapy_internals
     from scrapy_frontier.nodes import node_id_of
 
     handler = get_scrapy_root_handler()
     if handler is not None:
         handler.setFormatter(JsonLogFormatter(LogContext(crawler.spidercls.name, node_id_of(crawler))))
+        handler.setLevel((settings or crawler.settings).get("LOG_LEVEL"))
+        scrapy_internals.keep_root_handler()
