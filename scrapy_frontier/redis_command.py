@@ -88,7 +88,7 @@ class RedisCommand(ScrapyCommand):
     def syntax(self) -> str:
         return "[options] <spider>"
 
-    #: The spider, built as ``scrapy crawl`` builds it (with the ``-a`` arguments), when the
+    #: The spider, built with its ``-a`` arguments (:meth:`build_spider`), when the
     #: project has it: a ``redis_key`` its ``__init__`` sets is the key the command uses.
     spider: Any = None
 
@@ -112,13 +112,11 @@ class RedisCommand(ScrapyCommand):
             raise UsageError("invalid -a value, use -a NAME=VALUE", print_help=False) from None
 
     def build_spider(self, spidercls: type, spargs: dict[str, str]) -> Any:
-        """``spidercls`` made as ``scrapy crawl -a ...`` makes it (``from_crawler`` with the
-        arguments), on a crawler that is never started. Raises ``Exception`` as the spider does."""
-        from scrapy.crawler import Crawler
-
-        assert self.settings is not None
-        crawler = Crawler(spidercls, self.settings.copy())
-        return spidercls.from_crawler(crawler, **spargs)  # type: ignore[attr-defined]
+        """``spidercls`` made with the ``-a`` arguments, through its ``__init__`` as ``scrapy crawl``
+        makes it (where a ``redis_key`` of the arguments is set), without what ``from_crawler``
+        adds for a crawl (scrapy-redis's Redis connection, this project's start-URL checks).
+        Raises ``Exception`` as the spider does."""
+        return spidercls(**spargs)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
