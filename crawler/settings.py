@@ -5,6 +5,8 @@ it; docs/settings.md documents every setting it adds.
 Scrapy settings reference: https://docs.scrapy.org/en/latest/topics/settings.html
 """
 
+from scrapy.settings import default_settings
+
 BOT_NAME = "crawler"
 SPIDER_MODULES = ["crawler.spiders"]
 NEWSPIDER_MODULE = "crawler.spiders"
@@ -17,9 +19,11 @@ COMMANDS_MODULE = "scrapy_frontier.commands"
 ADDONS = {"scrapy_frontier.addon.DistributedAddon": 0}
 
 ROBOTSTXT_OBEY = True
-# Scrapy 2.7's request fingerprints, as Scrapy's own project template sets them: Scrapy 2.11 to 2.13
-# default to 2.6's with a deprecation warning; 2.14 and later have only 2.7's and ignore this.
-REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
+# Scrapy 2.7's request fingerprints where Scrapy still defaults to 2.6's with a deprecation warning
+# (2.11), as its own project template then set them; from 2.12 they are the only ones and the
+# setting itself is deprecated.
+if getattr(default_settings, "REQUEST_FINGERPRINTER_IMPLEMENTATION", None) == "2.6":
+    REQUEST_FINGERPRINTER_IMPLEMENTATION = "2.7"
 # Scrapy's telnet console logs the password it generates at start: no secret in a worker's log.
 # A worker to inspect by hand: -s TELNETCONSOLE_ENABLED=True -s TELNETCONSOLE_PASSWORD=...
 TELNETCONSOLE_ENABLED = False

@@ -236,15 +236,23 @@ CLOSES_AT_OPEN: bool = _closes_at_open()
 
 def close_when_opened(crawler: Crawler, reason: str) -> None:
     """Close the crawler's spider with ``reason`` as soon as it has opened (every component open):
-    ``CloseSpider`` from ``spider_opened`` from Scrapy 2.18, a close right after the engine
-    has started before."""
+    ``CloseSpider`` from ``spider_opened`` from Scrapy 2.18; before, ``CloseSpider`` from the
+    first ``spider_idle`` (the start middleware yields no start request for such a crawl, so the
+    engine is idle at once), after unhooking a scrapy-redis spider's own idle handler, which
+    would keep it open. A close of the engine right after it started cancels Scrapy 2.13's start
+    request processing with a traceback."""
     from scrapy import signals
     from scrapy.exceptions import CloseSpider
 
     def close_now(spider: Any) -> None:
         if CLOSES_AT_OPEN:
             raise CloseSpider(reason)
-        loop = asyncio.get_event_loop()
-        loop.call_soon(lambda: loop.create_task(close_spider(crawler, reason)))
+        idle = getattr(spider, "spider_idle", None)
+        if idle is not None:
+            crawler.signals.disconnect(idle, signals.spider_idle)
+        crawler.signals.connect(close_when_idle, signals.spider_idle, weak=False)
+
+    def close_when_idle(spider: Any) -> None:
+        raise CloseSpider(reason)
 
     crawler.signals.connect(close_now, signals.spider_opened, weak=False)

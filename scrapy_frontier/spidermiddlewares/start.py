@@ -11,6 +11,7 @@ closest to the spider (the add-on puts it at 990):
   have no ``process_start()``, in Scrapy's order, and says so in one INFO line;
 - marks every start request ``is_start_request`` (Scrapy's own ``StartSpiderMiddleware`` does from
   2.13): the frontier fetches a start request once per crawl, whichever workers yield it;
+- yields nothing for a crawl a setting stops at start (it closes as soon as it opens);
 - leaves out a scrapy-redis spider's own ``start_requests()``, which pops start URLs from Redis
   without a lease: the frontier takes them under lease instead;
 - says at INFO when a spider has no start request at all (no ``start()``, no ``start_requests()``,
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self
 import scrapy
 from scrapy import Request
 
+from scrapy_frontier.config import failed_at_open
 from scrapy_frontier.scrapy_compat import SCRAPY_VERSION, STARTS_FROM_START_REQUESTS
 from scrapy_frontier.scrapy_redis_compat import is_redis_spider
 
@@ -75,7 +77,7 @@ class StartRequestsMiddleware:
 
     def process_start_requests(self, start_requests: Iterable[Any], spider: scrapy.Spider) -> Iterator[Any]:
         """Scrapy 2.11 to 2.15 (2.13 to 2.15 when a middleware has only this method)."""
-        if redis_start_requests(spider):
+        if redis_start_requests(spider) or failed_at_open(self.crawler):
             return
         self._say_if_empty(spider)
         for item in start_requests:
@@ -84,7 +86,7 @@ class StartRequestsMiddleware:
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """Scrapy 2.13 and later."""
         spider = self.crawler.spider
-        if redis_start_requests(spider):
+        if redis_start_requests(spider) or failed_at_open(self.crawler):
             return
         self._say_if_empty(spider)
         if STARTS_FROM_START_REQUESTS or not own_start_requests(spider):
