@@ -44,6 +44,9 @@ from tests.conftest import FAST, REDIS_DB, REDIS_HOST, REDIS_PORT, ROOT, Worker,
 from tests.oracle import reachable_pages
 from tests.servers import HttpServer
 
+#: scrapy-redis's own example project: part of the core run on the oldest Scrapy too (tests/run.sh).
+pytestmark = pytest.mark.core
+
 PROJECT = Path(__file__).parent / "fixtures" / "scrapy_redis_example"
 SITE = Path(__file__).parent / "fixtures" / "scrapy_redis_example_site"
 #: The directory's host, as the fixture's dmoz spider names it (start URL and allowed_domains).
